@@ -1,0 +1,379 @@
+"""Shared helpers for the benchmarks: environment, database, broker, worker, results.
+
+Every benchmark runs isolated from the test suite and from other engineers' runs:
+
+- its own PostgreSQL database (``IDEM_PG_NAME``, default ``idem_bench``), created and
+  migrated here, dropped by ``--drop``;
+- Redis DB 6 as the broker and DB 7 for celery-once's locks (keys it made are deleted,
+  never FLUSHDB/FLUSHALL);
+- a fresh queue name per run, deleted afterwards;
+- ``IDEM_VAR_DIR`` (default ``/tmp/idem-bench``) for worker logs.
+
+Every wait is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+REDIS_HOST = "127.0.0.1"
+REDIS_PORT = 6379
+BROKER_DB = 6
+LOCK_DB = 7
+BROKERS = {
+    "redis": f"redis://{REDIS_HOST}:{REDIS_PORT}/{BROKER_DB}",
+    "rabbitmq": "amqp://guest:guest@127.0.0.1:5672//",
+}
+PG_ADMIN = {"host": os.environ.get("IDEM_PG_HOST", "127.0.0.1"),
+            "port": int(os.environ.get("IDEM_PG_PORT", "5432")),
+            "user": os.environ.get("IDEM_PG_USER", "postgres")}
+
+
+def log(*parts: Any) -> None:
+    print(time.strftime("%H:%M:%S"), *parts, file=sys.stderr, flush=True)
+
+
+# -- environment ---------------------------------------------------------------------------
+
+def configure(broker: str = "redis", queue: str | None = None) -> dict[str, str]:
+    """Point the Django project at the benchmark database and broker (before django.setup)."""
+    os.environ.setdefault("IDEM_VAR_DIR", "/tmp/idem-bench")
+    os.environ.setdefault("IDEM_PG_NAME", "idem_bench")
+    os.environ["IDEM_DATABASE"] = "postgres"
+    os.environ.pop("IDEM_DB_NAME", None)
+    os.environ["IDEM_BROKER"] = BROKERS[broker]
+    os.environ["IDEM_RESULTS"] = f"redis://{REDIS_HOST}:{REDIS_PORT}/{LOCK_DB}"
+    os.environ["IDEM_QUEUE"] = queue or new_queue("bench")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "django_app.settings"
+    os.environ.setdefault("BENCH_ONCE_URL", f"redis://{REDIS_HOST}:{REDIS_PORT}/{LOCK_DB}")
+    Path(os.environ["IDEM_VAR_DIR"]).mkdir(parents=True, exist_ok=True)
+    return dict(os.environ)
+
+
+def new_queue(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def setup_django(create_db: bool = True) -> None:
+    """django.setup(), after creating and migrating the benchmark database if needed."""
+    if create_db:
+        ensure_database(os.environ["IDEM_PG_NAME"])
+    import django
+
+    django.setup()
+    if create_db:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0, interactive=False)
+
+
+def _admin_conn():
+    import psycopg
+
+    return psycopg.connect(dbname="postgres", autocommit=True, **PG_ADMIN)
+
+
+def ensure_database(name: str) -> None:
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+        raise ValueError(f"unsafe database name {name!r}")
+    with _admin_conn() as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_database(name: str) -> None:
+    if not name.startswith("idem_bench"):
+        raise ValueError(f"refusing to drop {name!r}: not a benchmark database")
+    from django.db import connections
+
+    connections.close_all()
+    with _admin_conn() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def reset_tables() -> None:
+    """Empty the job, history and effect tables (between variants of a round)."""
+    from django.db import connection
+
+    from celery_idem.models import Checkpoint, Job, Transition
+    from django_app.effects.models import Effect
+
+    tables = ", ".join(m._meta.db_table for m in (Effect, Checkpoint, Transition, Job))
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {tables} RESTART IDENTITY")
+
+
+def sessions_opened() -> int:
+    """Connections ever opened to the benchmark database (pg_stat_database.sessions)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+# -- broker --------------------------------------------------------------------------------
+
+def delete_queue(broker: str, queue: str) -> None:
+    """Remove the run's queue (and, on Redis, nothing else: only keys named after it)."""
+    try:
+        if broker == "redis":
+            import redis
+
+            client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=BROKER_DB)
+            client.delete(queue, *(f"{queue}\x06\x16{p}" for p in range(10)))
+        else:
+            from kombu import Connection
+
+            with Connection(BROKERS[broker], connect_timeout=5) as conn:
+                conn.default_channel.queue_delete(queue)
+    except Exception as exc:  # noqa: BLE001 - cleanup must not hide the result
+        log(f"could not delete queue {queue}: {exc}")
+
+
+def clear_once_locks() -> int:
+    import redis
+
+    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=LOCK_DB)
+    keys = list(client.scan_iter(match="qo_bench.once*", count=1000))
+    for i in range(0, len(keys), 1000):
+        client.delete(*keys[i:i + 1000])
+    return len(keys)
+
+
+# -- the finish marks the benchmark workers write (bench.worker_app._mark) -----------------
+
+MARK_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/{LOCK_DB}"
+
+
+def marks(queue: str) -> dict[str, float]:
+    """Tasks finished on ``queue`` so far, and the first and last finish (epoch s)."""
+    import redis
+
+    client = redis.Redis.from_url(MARK_URL)
+    n, first, last = client.mget(f"benchmark:{queue}:n", f"benchmark:{queue}:first",
+                                 f"benchmark:{queue}:last")
+    return {"n": int(n or 0), "first": float(first or 0), "last": float(last or 0)}
+
+
+def clear_marks(queue: str) -> None:
+    import redis
+
+    redis.Redis.from_url(MARK_URL).delete(*(f"benchmark:{queue}:{k}"
+                                            for k in ("n", "first", "last")))
+
+
+# -- worker --------------------------------------------------------------------------------
+
+class WorkerProcess:
+    """A ``celery worker`` subprocess (prefork) on one queue, with the benchmark app."""
+
+    def __init__(self, queue: str, concurrency: int = 2, conn: str = "fixup",
+                 extra_env: dict[str, str] | None = None, loglevel: str = "WARNING") -> None:
+        self.name = f"bench{uuid.uuid4().hex[:6]}"
+        self.log_path = Path(os.environ["IDEM_VAR_DIR"]) / f"{self.name}.log"
+        self.args = [
+            sys.executable, "-m", "celery", "-A", "bench.worker_app", "worker",
+            "-P", "prefork", "-c", str(concurrency), "--prefetch-multiplier", "1",
+            "-n", f"{self.name}@%h", "-Q", queue, "-l", loglevel,
+            "--without-mingle", "--without-gossip", "--without-heartbeat",
+        ]
+        self.env = {**os.environ, "IDEM_QUEUE": queue, "BENCH_CONN": conn,
+                    "BENCH_MARK_URL": MARK_URL, "PYTHONPATH": str(ROOT), **(extra_env or {})}
+        self.queue = queue
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        log_file = self.log_path.open("ab")
+        self.process = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=log_file,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def children(self) -> list[int]:
+        assert self.process is not None
+        try:
+            text = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return []
+        return [int(p) for p in text.split()]
+
+    def rss_kib(self) -> dict[str, Any]:
+        """Resident memory of the main process and each pool child, in KiB."""
+        assert self.process is not None
+        main = _rss(self.process.pid)
+        kids = [_rss(p) for p in self.children()]
+        return {"main": main, "children": kids, "total": main + sum(kids)}
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if not self.alive():
+            return
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def __enter__(self) -> WorkerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25,
+             alive: Callable[[], bool] | None = None, on_fail: Callable[[], str] | None = None
+             ) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if alive is not None and not alive():
+            raise RuntimeError(f"worker exited while waiting for {what}\n"
+                               + (on_fail() if on_fail else ""))
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}\n"
+                               + (on_fail() if on_fail else "")[-3000:])
+        time.sleep(interval)
+
+
+# -- reporting -----------------------------------------------------------------------------
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _cmd_version(cmd: list[str], pattern: str) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(pattern, out)
+    return m.group(1) if m else out.strip()[:80] or None
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine, for the results file."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pkgs = {}
+    for name in ("celery", "kombu", "billiard", "amqp", "redis", "django", "psycopg",
+                 "celery-once", "celery-idem"):
+        try:
+            pkgs[name] = version(name)
+        except PackageNotFoundError:
+            pkgs[name] = None
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kib = 0
+    try:
+        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    server = {}
+    try:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_version")
+            server["postgresql"] = cursor.fetchone()[0]
+            for name in ("fsync", "synchronous_commit", "shared_buffers"):
+                cursor.execute(f"SHOW {name}")
+                server[f"postgresql.{name}"] = cursor.fetchone()[0]
+    except Exception:  # noqa: BLE001 - Django not set up: leave it out
+        pass
+    try:
+        import redis
+
+        server["redis"] = redis.Redis(host=REDIS_HOST, port=REDIS_PORT).info()["redis_version"]
+    except Exception:  # noqa: BLE001
+        server["redis"] = None
+    server["rabbitmq"] = _rabbitmq_version()
+    try:
+        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "celery_idem"], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except OSError:
+        git, dirty = "", False
+    return {
+        "python": platform.python_version(), "packages": pkgs, "servers": server,
+        "machine": {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem_kib / 2**20, 1),
+                    "kernel": platform.release()},
+        "git": git + ("+dirty(celery_idem)" if dirty else ""),
+        "loadavg": loadavg(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _rabbitmq_version() -> str | None:
+    try:
+        from kombu import Connection
+
+        with Connection(BROKERS["rabbitmq"], connect_timeout=3) as conn:
+            conn.connect()
+            props = conn.connection.server_properties
+            v = props.get("version")
+            return v.decode() if isinstance(v, bytes) else v
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def write_result(name: str, data: dict[str, Any], out: str | None = None) -> Path:
+    path = Path(out) if out else RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    log(f"wrote {path}")
+    return path
+
+
+def median(values: Iterable[float]) -> float:
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
+
+
+def command_line() -> str:
+    return " ".join([".venv/bin/python", os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])

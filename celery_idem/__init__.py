@@ -1,0 +1,53 @@
+"""celery-idem: exactly-once effects per idempotency key for Celery tasks in Django.
+
+Safe to import before Django is set up; models live in ``celery_idem.models``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .errors import (
+    ArgumentsNotJSON,
+    ClaimError,
+    ClaimLost,
+    ConfigurationError,
+    IdempotencyError,
+    InProgress,
+    InvalidKey,
+    InvalidTransition,
+    KeyMismatch,
+    MissingKey,
+    PersistenceError,
+    ResultNotJSON,
+    StoredFailure,
+)
+from .keys import ALL_ARGUMENTS, PER_CALL
+from .task import IdempotentTask
+
+try:
+    __version__ = version("celery-idem")
+except PackageNotFoundError:  # running from a checkout that is not installed
+    __version__ = "0.0.0"
+
+__all__ = [
+    # the task base class and its key sources
+    "IdempotentTask",
+    "ALL_ARGUMENTS",
+    "PER_CALL",
+    # errors
+    "IdempotencyError",
+    "ArgumentsNotJSON",
+    "ClaimError",
+    "ClaimLost",
+    "ConfigurationError",
+    "InProgress",
+    "InvalidKey",
+    "InvalidTransition",
+    "KeyMismatch",
+    "MissingKey",
+    "PersistenceError",
+    "ResultNotJSON",
+    "StoredFailure",
+    "__version__",
+]

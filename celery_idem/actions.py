@@ -1,0 +1,215 @@
+"""Operator actions on jobs: retry, release, resolve and forget.
+
+The admin calls these, and so can a management command or a shell. Each one is a single
+conditional write through the backend (which appends the history row with the acting user
+in ``actor``), and reports what happened instead of raising: a job in the wrong state is
+refused, and a job that moved between the operator's look and the write lost a race.
+Anything that leaves the database (sending the task again) happens after the commit.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery.utils import uuid
+from django.db import transaction
+from django.utils import timezone
+
+from . import states
+from .backends import get_backend
+from .conf import settings
+from .dispatch import redispatch
+from .models import Job
+from .states import State
+
+logger = logging.getLogger(__name__)
+
+#: Longest text kept in a history row's reason.
+REASON_MAX = 1000
+
+
+class Outcome(enum.Enum):
+    """What an operator action did to one job."""
+
+    #: The transition was written (for forget: the rows were deleted).
+    DONE = "done"
+    #: The job's state does not allow the action; nothing was written.
+    WRONG_STATE = "wrong_state"
+    #: The job changed (state or attempt) since the operator looked; nothing was written.
+    RACED = "raced"
+    #: Retry only: the job has no stored arguments (STORE_ARGUMENTS off), so it cannot be
+    #: sent again; nothing was written.
+    NOT_STORED = "not_stored"
+
+
+@dataclass
+class ActionResult:
+    """The outcome for one job. ``task_id`` and ``dispatch_error`` are filled once the
+    message is sent, which is after the commit (at once outside a transaction)."""
+
+    job: Job
+    outcome: Outcome
+    task_id: str = ""
+    dispatch_error: str = ""
+    deleted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is Outcome.DONE
+
+
+def _reason(*parts: str) -> str:
+    return ": ".join(p.strip() for p in parts if p and p.strip())[:REASON_MAX]
+
+
+def _alias(job: Job) -> str:
+    return job._state.db or settings.DATABASE
+
+
+def _move(job: Job, event: str, *, actor: str, reason: str, attempt: int | None,
+          values: dict[str, Any]) -> Outcome:
+    """Write move ``event`` from the state the operator saw; refresh ``job`` when it won."""
+    if job.state not in states.sources(event):
+        return Outcome.WRONG_STATE
+    alias = _alias(job)
+    won = get_backend(alias).transition(
+        job.pk, event, State(job.state), attempt=job.attempt if attempt is None else attempt,
+        values=values, now=timezone.now(), reason=reason, actor=actor,
+        task_id=values.get("task_id", ""),
+    )
+    if not won:
+        return Outcome.RACED
+    job.refresh_from_db(using=alias)
+    return Outcome.DONE
+
+
+def _dispatch_values(job: Job) -> dict[str, Any]:
+    """What a transition that will send the job again writes: the new message's task id
+    (so the row names the message in flight) and one more dispatch."""
+    return {"task_id": uuid(), "dispatch_count": job.dispatch_count + 1}
+
+
+def _send_after_commit(result: ActionResult) -> None:
+    """Send the job's task again, under the task id the transition wrote, after the commit."""
+    job = result.job
+
+    def send() -> None:
+        try:
+            result.task_id = redispatch(job, task_id=job.task_id)
+        # Any broker or routing error: the job stays PENDING, and the reaper sends PENDING
+        # jobs again after CELERY_IDEM_DISPATCH_TIMEOUT, so report it and go on.
+        except Exception as exc:
+            result.dispatch_error = str(exc) or type(exc).__name__
+            logger.warning("job %s was reset but could not be sent: %s", job.pk, exc,
+                           extra={"action": "operator_dispatch_failed", "job_id": job.pk})
+        else:
+            logger.info("job %s sent again as task %s", job.pk, result.task_id,
+                        extra={"action": "operator_dispatched", "job_id": job.pk,
+                               "task_id": result.task_id})
+
+    transaction.on_commit(send, using=_alias(job))
+
+
+def retry(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
+          dispatch: bool = True) -> ActionResult:
+    """Reset a FAILED or UNCERTAIN job to PENDING and send its task again.
+
+    A SUCCEEDED job is refused (WRONG_STATE): its effect happened, and running the key
+    again is what idempotence prevents; forget it first to run it again on purpose.
+
+    Args:
+        job: the job as the operator saw it.
+        actor: who acts (a username), written to the history row.
+        note: why, appended to the history row's reason.
+        attempt: the attempt the operator saw; default ``job.attempt``.
+        dispatch: send the task after the commit (False: leave it to the reaper).
+
+    Returns:
+        The ActionResult; on DONE, the previous error's summary is in the history.
+    """
+    if job.args is None and job.kwargs is None and job.state in states.sources("reset"):
+        return ActionResult(job, Outcome.NOT_STORED)
+    previous = ""
+    if job.error:
+        previous = f"{job.error.get('type', '')}: {job.error.get('message', '')}".strip(": ")
+    reason = _reason(f"operator retry of a {str(job.state).lower()} job", note,
+                     f"was {previous}" if previous else "")
+    outcome = _move(job, "reset", actor=actor, reason=reason, attempt=attempt, values={
+        "error": None, "finished_at": None, "not_before": None, "lease_expires_at": None,
+        **(_dispatch_values(job) if dispatch else {}),
+    })
+    result = ActionResult(job, outcome)
+    if result.done and dispatch:
+        _send_after_commit(result)
+    return result
+
+
+def release(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
+            dispatch: bool = True) -> ActionResult:
+    """Release a RUNNING job's claim: back to PENDING, and send its task again.
+
+    The attempt that held the claim is fenced out: if its worker is still alive, its
+    commit will not match and is recorded as a late finish. Pass the ``attempt`` the
+    operator confirmed, so a newer claim taken meanwhile is not released by mistake.
+    """
+    values: dict[str, Any] = {"lease_expires_at": None}
+    if dispatch:
+        values.update(_dispatch_values(job))
+    outcome = _move(job, "released", actor=actor, attempt=attempt,
+                    reason=_reason("released by an operator", note), values=values)
+    result = ActionResult(job, outcome)
+    if result.done and dispatch:
+        _send_after_commit(result)
+    return result
+
+
+def resolve(job: Job, *, actor: str, note: str, attempt: int | None = None) -> ActionResult:
+    """Mark an UNCERTAIN job SUCCEEDED: the operator checked that its effect happened.
+
+    ``note`` (required) says how they know; it is the history row's reason. The stored
+    result stays as it was (usually empty): duplicates replay it to their callers.
+    """
+    if not note.strip():
+        raise ValueError("resolving a job needs a note that says how its outcome is known")
+    outcome = _move(job, "resolved", actor=actor, attempt=attempt,
+                    reason=_reason("resolved as succeeded by an operator", note),
+                    values={"finished_at": timezone.now(), "lease_expires_at": None,
+                            "error": None})
+    return ActionResult(job, outcome)
+
+
+#: States a job may be forgotten in. A RUNNING job's worker still writes to its row:
+#: release it first.
+FORGETTABLE = frozenset({State.PENDING, State.SUCCEEDED, State.FAILED, State.UNCERTAIN})
+
+
+def forget(job: Job, *, actor: str, note: str = "", attempt: int | None = None) -> ActionResult:
+    """Delete a job with its history and checkpoints, so its key can run again.
+
+    The history goes with the row, so the deletion is logged here (logger
+    ``celery_idem.actions``, action ``forgotten``); the admin also writes a LogEntry.
+    The row is deleted only if it is still in the state and attempt the operator saw.
+    """
+    if job.state not in FORGETTABLE:
+        return ActionResult(job, Outcome.WRONG_STATE)
+    alias = _alias(job)
+    seen = job.attempt if attempt is None else attempt
+    with transaction.atomic(using=alias):
+        locked = list(Job.objects.using(alias).select_for_update()
+                      .filter(pk=job.pk, state=job.state, attempt=seen)
+                      .values_list("pk", flat=True))
+        if not locked:
+            return ActionResult(job, Outcome.RACED)
+        _, deleted = Job.objects.using(alias).filter(pk=job.pk).delete()
+    counts = {label.rsplit(".", 1)[-1].lower(): n for label, n in deleted.items()}
+    logger.warning(
+        "job %s (%s:%s, %s, attempt %s) forgotten by %s: %s", job.pk, job.namespace, job.key,
+        job.state, seen, actor or "-", note or "no note",
+        extra={"action": "forgotten", "job_id": job.pk, "namespace": job.namespace,
+               "key": job.key, "state": str(job.state), "attempt": seen, "actor": actor,
+               "reason": note, "deleted": counts},
+    )
+    return ActionResult(job, Outcome.DONE, deleted=counts)

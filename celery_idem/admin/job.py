@@ -1,0 +1,256 @@
+"""The job admin: a fast list, a read-only detail page, and the operator actions.
+
+Jobs are records, not forms: nobody adds, edits or deletes them here. The operator
+actions (retry, release, resolve, forget) each need their own permission and call the
+domain functions in ``celery_idem.actions``; the detail page's buttons post to the same
+changelist actions, so there is one code path for one job or many.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
+from django.db.models import Q
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from .. import actions as domain
+from ..conf import settings
+from ..models import Job, Transition
+from ..states import State
+from . import display
+from .changelist import (
+    ClaimFilter,
+    DeadLetteredFilter,
+    JobChangeList,
+    StateCountPaginator,
+    TaskNameFilter,
+    key_prefix,
+)
+from .operations import OperatorActions
+
+#: How the history names each event.
+EVENT_LABELS = {
+    "published": gettext_lazy("published"),
+    "claimed": gettext_lazy("claimed"),
+    "taken_over": gettext_lazy("taken over"),
+    "succeeded": gettext_lazy("succeeded"),
+    "failed": gettext_lazy("failed"),
+    "retry_scheduled": gettext_lazy("retry scheduled"),
+    "released": gettext_lazy("released"),
+    "dead_lettered": gettext_lazy("dead-lettered"),
+    "uncertain": gettext_lazy("outcome uncertain"),
+    "reset": gettext_lazy("reset by an operator"),
+    "resolved": gettext_lazy("resolved by an operator"),
+    "duplicate": gettext_lazy("duplicate replayed"),
+    "late_finish": gettext_lazy("late finish ignored"),
+    "redispatched": gettext_lazy("sent again"),
+    "attempt_lost": gettext_lazy("attempt lost"),
+}
+
+
+def _moment(field: str, label: Any) -> Any:
+    """A detail-page field that shows ``field`` with how long ago (or how soon) it is."""
+
+    @admin.display(description=label)
+    def show(self: Any, job: Job) -> Any:
+        return display.moment(getattr(job, field))
+
+    return show
+
+
+class JobAdmin(OperatorActions, admin.ModelAdmin):
+    list_display = ("key_column", "task_name", "state_column", "attempt", "worker_column",
+                    "age_column", "duration_column", "updated_column")
+    list_display_links = ("key_column",)
+    list_filter = ("state", ClaimFilter, DeadLetteredFilter, TaskNameFilter,
+                   ("created_at", admin.DateFieldListFilter))
+    # Searched by get_search_results: key prefix (which covers the exact key) or task id.
+    search_fields = ("key", "task_id")
+    search_help_text = gettext_lazy("A key, the start of a key, or a Celery task id.")
+    ordering = ("-created_at",)
+    # Only orderings that an index serves.
+    sortable_by = ("key_column", "task_name", "age_column")
+    show_full_result_count = False
+    list_per_page = 50
+    if hasattr(admin, "ShowFacets"):  # Django 5.0+: facets would count every filter choice
+        show_facets = admin.ShowFacets.NEVER
+
+    fieldsets = (
+        (None, {"fields": ("key", "namespace", "task_name", "state_display", "attempt",
+                           "worker", "task_id_display", "dispatch_count", "fingerprint")}),
+        (gettext_lazy("Timing"), {"fields": ("created_display", "started_display",
+                                             "finished_display", "duration_display",
+                                             "lease_display", "not_before_display",
+                                             "updated_display")}),
+        (gettext_lazy("Arguments"), {"fields": ("args_display", "kwargs_display",
+                                                "options_display")}),
+        (gettext_lazy("Outcome"), {"fields": ("result_display", "error_display")}),
+    )
+    readonly_fields = ("state_display", "task_id_display", "created_display", "started_display",
+                       "finished_display", "duration_display", "lease_display",
+                       "not_before_display", "updated_display",
+                       "args_display", "kwargs_display", "options_display", "result_display",
+                       "error_display")
+
+    class Media:
+        css = {"all": ["celery_idem/admin.css"]}
+
+    # -- Read only ---------------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # "forget" is the deletion, behind its own permission
+
+    # -- The list ----------------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).using(settings.DATABASE)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[JobChangeList]:
+        return JobChangeList
+
+    def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int,
+                      orphans: int = 0, allow_empty_first_page: bool = True) -> Any:
+        return StateCountPaginator(queryset, per_page, orphans, allow_empty_first_page)
+
+    def get_search_results(self, request: HttpRequest, queryset: Any,
+                           search_term: str) -> tuple[Any, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        # Case-sensitive on purpose: keys are identifiers, and the key index serves it.
+        return queryset.filter(Q(**key_prefix(term)) | Q(task_id=term)), False
+
+    @admin.display(description=gettext_lazy("key"), ordering="key")
+    def key_column(self, job: Job) -> Any:
+        if job.namespace != job.task_name:
+            return format_html('{}<br><small class="idem-muted">{}</small>', job.key,
+                               job.namespace)
+        return job.key
+
+    @admin.display(description=gettext_lazy("state"))
+    def state_column(self, job: Job) -> Any:
+        return display.state_badge(job.state, stale=display.is_stale(job))
+
+    @admin.display(description=gettext_lazy("worker"))
+    def worker_column(self, job: Job) -> str:
+        return job.worker or self.get_empty_value_display()
+
+    @admin.display(description=gettext_lazy("age"), ordering="created_at")
+    def age_column(self, job: Job) -> Any:
+        return display.since(job.created_at)
+
+    @admin.display(description=gettext_lazy("duration"))
+    def duration_column(self, job: Job) -> str:
+        return display.run_time(job) or self.get_empty_value_display()
+
+    @admin.display(description=gettext_lazy("last update"))
+    def updated_column(self, job: Job) -> Any:
+        return display.since(job.updated_at)
+
+    # -- The detail page ---------------------------------------------------------------------
+
+    @admin.display(description=gettext_lazy("state"))
+    def state_display(self, job: Job) -> Any:
+        return display.state_badge(job.state, stale=display.is_stale(job))
+
+    @admin.display(description=gettext_lazy("Celery task id"))
+    def task_id_display(self, job: Job) -> Any:
+        url = display.task_result_url(job.task_id)
+        if url:
+            return format_html('<code>{}</code> <a href="{}">{}</a>', job.task_id, url,
+                               _("task result"))
+        return format_html("<code>{}</code>", job.task_id) if job.task_id else ""
+
+    created_display = _moment("created_at", gettext_lazy("created at"))
+    started_display = _moment("started_at", gettext_lazy("started at"))
+    finished_display = _moment("finished_at", gettext_lazy("finished at"))
+    not_before_display = _moment("not_before", gettext_lazy("not before"))
+    updated_display = _moment("updated_at", gettext_lazy("updated at"))
+
+    @admin.display(description=gettext_lazy("duration"))
+    def duration_display(self, job: Job) -> str:
+        return display.run_time(job)
+
+    @admin.display(description=gettext_lazy("lease expires at"))
+    def lease_display(self, job: Job) -> Any:
+        return display.lease(job.lease_expires_at)
+
+    def _arguments(self, value: Any, job: Job) -> Any:
+        if job.args is None and job.kwargs is None:
+            return _("not stored (CELERY_IDEM_STORE_ARGUMENTS is off)")
+        return display.pretty_json(value)
+
+    @admin.display(description=gettext_lazy("positional arguments"))
+    def args_display(self, job: Job) -> Any:
+        return self._arguments(job.args, job)
+
+    @admin.display(description=gettext_lazy("keyword arguments"))
+    def kwargs_display(self, job: Job) -> Any:
+        return self._arguments(job.kwargs, job)
+
+    @admin.display(description=gettext_lazy("delivery options"))
+    def options_display(self, job: Job) -> Any:
+        return display.pretty_json(job.options)
+
+    @admin.display(description=gettext_lazy("result"))
+    def result_display(self, job: Job) -> Any:
+        return display.pretty_json(job.result)
+
+    @admin.display(description=gettext_lazy("error"))
+    def error_display(self, job: Job) -> Any:
+        return display.error_block(job.error)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> Any:
+        context = dict(extra_context or {})
+        job = self.get_object(request, unquote(object_id))
+        if job is not None:
+            context.update(
+                timeline=[self._timeline_row(t) for t in job.transitions.all()],
+                checkpoints=[
+                    {"step": c.step, "attempt": c.attempt, "at": display.full_time(c.at),
+                     "value": display.pretty_json(c.value)}
+                    for c in job.checkpoints.order_by("at", "id")
+                ],
+                job_actions=self._detail_actions(request, job),
+                changelist_url=reverse(f"{self.admin_site.name}:celery_idem_job_changelist"),
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+            )
+        return super().change_view(request, object_id, form_url, context)
+
+    @staticmethod
+    def _timeline_row(t: Transition) -> dict[str, Any]:
+        return {
+            "at": display.full_time(t.at), "event": EVENT_LABELS.get(t.event, t.event),
+            "from": display.state_badge(t.from_state) if t.from_state else "",
+            "to": display.state_badge(t.to_state),
+            "changed": t.from_state != t.to_state, "attempt": t.attempt, "worker": t.worker,
+            "task_id": t.task_id, "reason": t.reason, "actor": t.actor,
+        }
+
+    def _detail_actions(self, request: HttpRequest, job: Job) -> list[dict[str, Any]]:
+        """The action buttons the detail page offers for ``job`` to this user."""
+        offered = [
+            ("retry_selected", _("Retry"), job.state in (State.FAILED, State.UNCERTAIN)
+             and self.has_retry_permission(request)),
+            ("resolve_selected", _("Resolve…"), job.state == State.UNCERTAIN
+             and self.has_resolve_permission(request)),
+            ("release_selected", _("Release claim…"), job.state == State.RUNNING
+             and self.has_release_permission(request)),
+            ("forget_selected", _("Forget…"), job.state in domain.FORGETTABLE
+             and self.has_forget_permission(request)),
+        ]
+        return [{"name": name, "label": label} for name, label, ok in offered if ok]

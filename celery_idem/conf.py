@@ -1,0 +1,57 @@
+"""celery-idem's settings: every ``CELERY_IDEM_<NAME>`` read here, lazily, with its default.
+
+Read on each access (not at import) so that ``override_settings`` works in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PREFIX = "CELERY_IDEM_"
+
+#: Every setting and its default. Documented in docs/settings.md.
+DEFAULTS: dict[str, Any] = {
+    # Database alias that holds the job tables.
+    "DATABASE": "default",
+    # Lease in seconds for a task with no hard time limit (renew with self.heartbeat()).
+    "DEFAULT_LEASE": 3600,
+    # Seconds added to a task's hard time limit to form its lease.
+    "LEASE_GRACE": 60,
+    # Attempts (claims) per key before the reaper dead-letters it; None for no limit.
+    "MAX_ATTEMPTS": 5,
+    # Store the arguments in the job row; off keeps only their fingerprint (PII).
+    "STORE_ARGUMENTS": True,
+    # First and largest delay of a duplicate waiting for a live claim, in seconds.
+    "IN_PROGRESS_BACKOFF": 1.0,
+    "IN_PROGRESS_MAX_BACKOFF": 30.0,
+    # Seconds a PENDING job may wait for its message before the reaper re-dispatches it.
+    "DISPATCH_TIMEOUT": 600,
+    # Rows the reaper takes per batch.
+    "REAPER_BATCH_SIZE": 500,
+    # Largest wait, in seconds, between two re-dispatches of a PENDING job (the wait
+    # starts at DISPATCH_TIMEOUT and doubles with each re-dispatch).
+    "DISPATCH_MAX_BACKOFF": 6 * 3600,
+    # Workers claim and commit non-atomic tasks on their own PostgreSQL connection,
+    # which survives Celery's per-task reconnect (celery_idem/connection.py).
+    "DEDICATED_CONNECTION": True,
+    # Seconds that connection lives before it is reopened.
+    "CONNECTION_MAX_AGE": 600,
+    # Whether that connection's commits wait for PostgreSQL's WAL flush.
+    "SYNCHRONOUS_COMMIT": False,
+    # Days a finished job and its history are kept before idem_purge deletes them.
+    "RETENTION_DAYS": 30,
+}
+
+
+class Settings:
+    """Attribute access to the settings, e.g. ``settings.DEFAULT_LEASE``."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"celery-idem has no setting {PREFIX}{name}")
+        from django.conf import settings as django_settings
+
+        return getattr(django_settings, PREFIX + name, DEFAULTS[name])
+
+
+settings = Settings()

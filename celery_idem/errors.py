@@ -1,0 +1,105 @@
+"""Every error celery-idem raises, under one root.
+
+Each class's docstring is its default message. Driver errors are kept as ``__cause__``.
+This module imports nothing from Django or Celery so that it is safe to import anywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class IdempotencyError(Exception):
+    """celery-idem failed."""
+
+    # One positional argument only: Celery rebuilds a task's exception on the caller's
+    # side as ``cls(*args)``.
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+        self.details = details
+
+
+class ConfigurationError(IdempotencyError):
+    """A task or setting is configured in a way celery-idem cannot work with."""
+
+
+class ArgumentsNotJSON(IdempotencyError, TypeError):
+    """The task's arguments are not plain JSON (str, int, float, bool, None, list, dict)."""
+
+
+class InvalidKey(IdempotencyError, ValueError):
+    """The idempotency key is not a non-empty string that fits the key column."""
+
+
+class MissingKey(InvalidKey):
+    """This task takes its idempotency key per call: pass apply_async(idempotency_key=...)."""
+
+
+class KeyMismatch(IdempotencyError):
+    """The idempotency key already exists with different arguments."""
+
+    @classmethod
+    def build(cls, namespace: str, key: str, expected: str, got: str) -> KeyMismatch:
+        return cls(
+            f"idempotency key {key!r} in namespace {namespace!r} was first used with "
+            f"arguments of fingerprint {expected[:12]}..., not {got[:12]}...: "
+            "use a key that names the arguments, or a new key",
+            namespace=namespace, key=key, expected=expected, got=got,
+        )
+
+
+class InvalidTransition(IdempotencyError):
+    """The state machine does not allow this transition."""
+
+
+class ClaimError(IdempotencyError):
+    """The claim on an idempotency key could not be used."""
+
+
+class ClaimLost(ClaimError):
+    """A newer attempt owns this key: this attempt's claim was fenced out."""
+
+
+class InProgress(ClaimError):
+    """Another attempt holds a live claim on this key."""
+
+
+class ResultNotJSON(IdempotencyError, TypeError):
+    """The task returned a value that is not plain JSON, so it cannot be stored and replayed."""
+
+
+class StoredFailure(IdempotencyError):
+    """The key already failed; this is the stored failure, replayed."""
+
+    def __init__(self, message: str = "", error: dict[str, Any] | None = None) -> None:
+        error = error or {}
+        self.exc_type: str = error.get("type", "")
+        self.exc_message: str = error.get("message", "")
+        self.stored_traceback: str = error.get("traceback", "")
+        super().__init__(message or f"{self.exc_type}: {self.exc_message}")
+
+    @classmethod
+    def from_record(cls, error: dict[str, Any] | None) -> StoredFailure:
+        error = error or {}
+        return cls(f"{error.get('type', 'Exception')}: {error.get('message', '')}", error)
+
+
+class PersistenceError(IdempotencyError):
+    """The job database could not be read or written; the body did not run unclaimed."""
+
+
+__all__ = [
+    "ArgumentsNotJSON",
+    "ClaimError",
+    "ClaimLost",
+    "ConfigurationError",
+    "IdempotencyError",
+    "InProgress",
+    "InvalidKey",
+    "InvalidTransition",
+    "KeyMismatch",
+    "MissingKey",
+    "PersistenceError",
+    "ResultNotJSON",
+    "StoredFailure",
+]

@@ -1,0 +1,186 @@
+"""Celery signal receivers and the worker's request class, connected from ``apps.ready()``.
+
+Receivers are module-level functions connected strongly (``weak=False``), so they live as
+long as the process; each side effect has exactly one trigger.
+
+Faster recovery than the lease (docs/operations.md): the worker's MainProcess learns
+that a pool child died under an attempt (SIGKILL, OOM kill, hard time limit, revoke with
+terminate) through ``Request.on_failure``/``on_timeout``, which run there and only there.
+No signal covers every case: with ``acks_late`` and ``reject_on_worker_lost``, Celery
+requeues the message and sends no ``task_failure`` (celery/worker/request.py), so
+IdempotentTask names ``IdempotentRequest`` as its request class. The claim of exactly
+that attempt (same task id, same ``host/pid`` worker, same attempt number) goes back to
+PENDING at once, with the reason in the history; the requeued message, or recovery's
+re-dispatch, runs it again. A warm shutdown releases whatever claim its own children
+still hold when the pool has stopped.
+
+Django's worker fixup manages connections in pool children only, so these MainProcess
+handlers check their connection before use and close it after.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from billiard.einfo import ExceptionWithTraceback
+from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
+from celery import signals
+from celery.worker.request import Request
+from django.db import connections
+from django.utils import timezone
+
+from . import claims, publishing
+from .conf import settings
+
+logger = logging.getLogger(__name__)
+
+#: Exceptions with which the MainProcess reports that a child died under a request.
+CHILD_LOST = (WorkerLostError, Terminated, TimeLimitExceeded, SystemExit, KeyboardInterrupt)
+
+#: Pool processes that accepted an idempotent task in this worker, for the shutdown sweep.
+_pool_pids: set[int] = set()
+
+
+def connect() -> None:
+    signals.before_task_publish.connect(
+        publishing.on_before_task_publish, weak=False,
+        dispatch_uid="celery_idem.publish",
+    )
+    signals.worker_shutdown.connect(
+        on_worker_shutdown, weak=False, dispatch_uid="celery_idem.worker_shutdown",
+    )
+
+
+@contextmanager
+def main_process_connection(alias: str) -> Iterator[None]:
+    """Use the MainProcess's connection to ``alias``: drop it first if it is broken or
+    too old, and close it after, so an idle worker holds no connection."""
+    connection = connections[alias]
+    connection.close_if_unusable_or_obsolete()
+    try:
+        yield
+    finally:
+        connection.close()
+
+
+class IdempotentRequest(Request):
+    """Celery's request, plus: release the claim of an attempt whose child was lost."""
+
+    def on_accepted(self, pid: int, time_accepted: float) -> None:
+        _pool_pids.add(pid)
+        super().on_accepted(pid, time_accepted)
+
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True,
+                   return_ok: bool = False) -> None:
+        exc = exc_info.exception
+        if isinstance(exc, ExceptionWithTraceback):
+            exc = exc.exc
+        if isinstance(exc, CHILD_LOST):
+            # Before Celery requeues the message: its redelivery then finds the key free,
+            # and the history lists the loss before the next claim.
+            self._release_lost_attempt(_describe(exc, self))
+        super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
+
+    def on_timeout(self, soft: bool, timeout: float) -> None:
+        super().on_timeout(soft, timeout)
+        if not soft:
+            self._release_lost_attempt(f"hard time limit ({timeout}s) exceeded")
+
+    def _release_lost_attempt(self, why: str) -> None:
+        # A hard time limit reaches both on_failure and on_timeout: act once.
+        if getattr(self, "_idem_handled", False):
+            return
+        self._idem_handled = True
+        try:
+            release_lost_attempt(self.task, self, why)
+        # A failed release must not take the worker down: the lease still expires and
+        # recovery releases the claim then.
+        except Exception:
+            logger.exception("could not release the claim of lost task %s[%s]",
+                             self.name, self.id, extra={"action": "release_failed"})
+
+
+def _describe(exc: BaseException, request: Request) -> str:
+    if isinstance(exc, Terminated):
+        return f"revoked: the worker terminated the task ({exc})"
+    if isinstance(exc, TimeLimitExceeded):
+        return f"hard time limit ({exc}) exceeded"
+    return f"worker lost: {type(exc).__name__}: {exc}".rstrip(": ")
+
+
+def _job_for(task: Any, request: Request) -> Any:
+    """The job row of ``request``'s key, found by the key header (or the arguments)."""
+    from .models import Job
+    from .task import HEADER
+
+    key = request.request_dict.get(HEADER)
+    if key is None:
+        key = task.intent(request.args, request.kwargs).key
+    return Job.objects.using(settings.DATABASE).filter(namespace=task.namespace,
+                                                     key=key).first()
+
+
+def release_lost_attempt(task: Any, request: Request, why: str) -> bool:
+    """Release the claim that ``request``'s attempt holds, if it still holds it.
+
+    Returns whether a claim was released. A job still PENDING (an atomic body's claim
+    rolls back with its worker) gets an ``attempt_lost`` line in its history instead.
+    """
+    from .backends import get_backend
+    from .states import State
+    from .task import IdempotentTask
+
+    if not isinstance(task, IdempotentTask):
+        return False
+    alias = settings.DATABASE
+    worker = claims.worker_id(request.hostname, request.worker_pid)
+    with main_process_connection(alias):
+        job = _job_for(task, request)
+        if job is None or job.task_id != request.id:
+            return False  # another message owns the row now
+        backend, now = get_backend(alias), timezone.now()
+        if job.state == State.RUNNING and job.worker == worker:
+            return backend.transition(
+                job.id, "released", State.RUNNING, attempt=job.attempt,
+                values={"lease_expires_at": None, "worker": ""}, now=now, worker=worker,
+                task_id=request.id, reason=why)
+        if job.state == State.PENDING:
+            backend.record(job.id, "attempt_lost", State.PENDING, job.attempt, now=now,
+                           worker=worker, task_id=request.id,
+                           reason=f"{why}; no claim was committed (an atomic body rolls "
+                                  "back with its worker)")
+    return False
+
+
+def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    """Release claims still held by this worker's pool children once the pool stopped.
+
+    A warm shutdown lets running bodies finish, so this normally finds nothing; it
+    catches claims whose child died without a report.
+    """
+    from .backends import get_backend
+    from .models import Job
+    from .states import State
+
+    hostname = getattr(sender, "hostname", None)
+    if not hostname or not _pool_pids:
+        return
+    alias = settings.DATABASE
+    workers = [claims.worker_id(hostname, pid) for pid in sorted(_pool_pids)]
+    try:
+        with main_process_connection(alias):
+            backend, now = get_backend(alias), timezone.now()
+            held = Job.objects.using(alias).filter(state=State.RUNNING, worker__in=workers)
+            for job in held.only("id", "attempt", "worker", "task_id"):
+                backend.transition(
+                    job.id, "released", State.RUNNING, attempt=job.attempt,
+                    values={"lease_expires_at": None, "worker": ""}, now=now,
+                    worker=job.worker, task_id=job.task_id,
+                    reason="the worker shut down while this attempt held the claim")
+    # Shutdown must finish: the lease expires and recovery releases these claims then.
+    except Exception:
+        logger.exception("could not release the claims of worker %s at shutdown", hostname,
+                         extra={"action": "release_failed"})

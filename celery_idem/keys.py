@@ -1,0 +1,136 @@
+"""Where a task's idempotency key comes from, and what makes a key valid.
+
+A task declares one of: a format template over its parameters (``"ship/{order_id}"``), a
+callable taking the task's arguments, ``ALL_ARGUMENTS`` (the key is the arguments'
+fingerprint) or ``PER_CALL`` (every call passes ``idempotency_key=``). The declaration is
+checked when the task class is created, so a typo in a template fails at import.
+"""
+
+from __future__ import annotations
+
+import inspect
+import string
+from collections.abc import Callable
+from typing import Any, Final
+
+from .errors import ConfigurationError, InvalidKey, MissingKey
+from .fingerprints import fingerprint
+
+#: Length of the key column; longer keys are refused at publish.
+KEY_MAX_LENGTH: Final = 255
+
+
+class _KeySource(str):
+    """A named constant a task can give as its key source."""
+
+    def __repr__(self) -> str:
+        return f"celery_idem.{self}"
+
+
+#: The key is the fingerprint of all the task's arguments.
+ALL_ARGUMENTS: Final = _KeySource("ALL_ARGUMENTS")
+#: Every call must pass ``apply_async(..., idempotency_key=...)``.
+PER_CALL: Final = _KeySource("PER_CALL")
+
+KeySourceType = str | Callable[..., str]
+
+
+def validate_key(key: Any) -> str:
+    """Return ``key`` if it is a usable key, else raise InvalidKey."""
+    if not isinstance(key, str):
+        raise InvalidKey(f"an idempotency key must be a str, not {type(key).__name__}")
+    if not key.strip():
+        raise InvalidKey("an idempotency key must not be empty")
+    if len(key) > KEY_MAX_LENGTH:
+        raise InvalidKey(
+            f"idempotency key is {len(key)} characters; the most is {KEY_MAX_LENGTH}: "
+            "use ALL_ARGUMENTS or hash the long part"
+        )
+    return key
+
+
+class KeySpec:
+    """A task's key declaration, checked against the signature of its body."""
+
+    def __init__(self, task_name: str, source: Any, signature: inspect.Signature) -> None:
+        self.task_name = task_name
+        self.signature = signature
+        self.source = source
+        if source is None:
+            raise ConfigurationError(
+                f"task {task_name} declares no idempotency_key: give a template such as "
+                '"order/{order_id}", a callable, celery_idem.ALL_ARGUMENTS or '
+                "celery_idem.PER_CALL"
+            )
+        if isinstance(source, _KeySource) or callable(source):
+            return
+        if not isinstance(source, str):
+            raise ConfigurationError(
+                f"task {task_name}: idempotency_key must be a template, a callable, "
+                f"ALL_ARGUMENTS or PER_CALL, not {type(source).__name__}"
+            )
+        self._check_template(source)
+
+    def _check_template(self, template: str) -> None:
+        params = self.signature.parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        except ValueError as exc:
+            raise ConfigurationError(f"task {self.task_name}: bad key template: {exc}") from exc
+        if not fields:
+            raise ConfigurationError(
+                f"task {self.task_name}: key template {template!r} names no argument, so "
+                "every call would share one key; use PER_CALL if that is what you mean"
+            )
+        for field in fields:
+            root = field.split(".", 1)[0].split("[", 1)[0]
+            if not root or root.isdigit():
+                raise ConfigurationError(
+                    f"task {self.task_name}: key template fields must name parameters, "
+                    f"got {{{field}}}"
+                )
+            if root not in params and not takes_any:
+                raise ConfigurationError(
+                    f"task {self.task_name}: key template names {root!r}, which is not a "
+                    f"parameter of the task (it has: {', '.join(params) or 'none'})"
+                )
+
+    @property
+    def per_call(self) -> bool:
+        return self.source is PER_CALL
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The arguments by parameter name, defaults applied (what the fingerprint covers)."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def key(self, bound: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The key for one call; raises MissingKey for a PER_CALL task."""
+        source = self.source
+        if source is PER_CALL:
+            raise MissingKey(
+                f"task {self.task_name} takes its idempotency key per call: "
+                "pass apply_async(..., idempotency_key=...)"
+            )
+        if source is ALL_ARGUMENTS:
+            return fingerprint(bound)
+        if isinstance(source, str):
+            try:
+                return validate_key(source.format(**bound))
+            except (KeyError, IndexError, AttributeError) as exc:
+                raise InvalidKey(
+                    f"task {self.task_name}: key template {source!r} failed on these "
+                    f"arguments: {exc!r}"
+                ) from exc
+        return validate_key(source(*args, **kwargs))
+
+
+def body_signature(run: Any) -> inspect.Signature:
+    """The signature a caller uses for ``run`` as it sits in a task class's namespace."""
+    if isinstance(run, staticmethod):
+        return inspect.signature(run.__func__)
+    signature = inspect.signature(run)
+    params = list(signature.parameters.values())
+    return signature.replace(parameters=params[1:])  # drop self / the bound task

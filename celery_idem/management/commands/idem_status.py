@@ -1,0 +1,101 @@
+"""``manage.py idem_status``: what the job table holds, and what needs attention."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from celery_idem import reaper
+from celery_idem.conf import settings
+from celery_idem.models import Job
+from celery_idem.states import State
+
+from ._filters import task_filter
+
+
+def _age(since: datetime | None, now: datetime) -> str:
+    if since is None:
+        return "-"
+    seconds = int((now - since).total_seconds())
+    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
+    return f"{sign}{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Command(BaseCommand):
+    help = ("Show job counts per task and state, the oldest running claim, stale claims, "
+            "lost messages, dead-lettered and uncertain jobs.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--task", help="only jobs of this task name")
+        parser.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+        parser.add_argument("--database", default=None,
+                            help="database alias (default CELERY_IDEM_DATABASE)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        using = options["database"] or settings.DATABASE
+        now = timezone.now()
+        jobs = Job.objects.using(using).filter(task_filter(options["task"], using))
+        status = self.status(jobs, now)
+        if options["json"]:
+            self.stdout.write(json.dumps(status, indent=2, default=str))
+        else:
+            self.print_status(status, now)
+
+    def status(self, jobs: Any, now: datetime) -> dict[str, Any]:
+        """Everything the command shows, as JSON-ready data."""
+        counts: dict[str, dict[str, int]] = defaultdict(dict)
+        for row in jobs.values("task_name", "state").annotate(n=Count("id")).order_by():
+            counts[row["task_name"]][row["state"]] = row["n"]
+        oldest = (jobs.filter(state=State.RUNNING).order_by("started_at", "id")
+                  .values("id", "namespace", "key", "task_name", "attempt", "worker",
+                          "started_at", "lease_expires_at").first())
+
+        def per_task(condition: Q | Any) -> dict[str, int]:
+            rows = jobs.filter(condition).values("task_name").annotate(n=Count("id"))
+            return {row["task_name"]: row["n"] for row in rows.order_by()}
+
+        return {
+            "counts": dict(sorted(counts.items())),
+            "oldest_running": oldest,
+            "stale_claims": per_task(reaper.stale_claims(now)),
+            "lost_messages": per_task(reaper.lost_messages(now)),
+            "dead_lettered": per_task(Q(id__in=jobs.dead_lettered().values("id"))),
+            "uncertain": per_task(Q(state=State.UNCERTAIN)),
+        }
+
+    def print_status(self, status: dict[str, Any], now: datetime) -> None:
+        out = self.stdout.write
+        states = [s.value for s in State]
+        width = max([len("task"), *(len(t) for t in status["counts"])])
+        out(f"{'task':<{width}}  " + "  ".join(f"{s:>9}" for s in states))
+        for task, by_state in status["counts"].items():
+            out(f"{task:<{width}}  " + "  ".join(f"{by_state.get(s, 0):>9}" for s in states))
+        if not status["counts"]:
+            out("(no jobs)")
+        oldest = status["oldest_running"]
+        if oldest:
+            out(f"\nOldest running claim: job {oldest['id']} {oldest['namespace']}:"
+                f"{oldest['key']} attempt {oldest['attempt']} on "
+                f"{oldest['worker'] or 'unknown worker'}, running for "
+                f"{_age(oldest['started_at'], now)}, lease expires in "
+                f"{_age(now, oldest['lease_expires_at']) if oldest['lease_expires_at'] else '-'}")
+        else:
+            out("\nOldest running claim: none")
+        for label, name, hint in [
+            ("Stale claims (lease expired)", "stale_claims", "idem_reap releases them"),
+            ("Lost messages (PENDING past the dispatch timeout)", "lost_messages",
+             "idem_reap re-dispatches them"),
+            ("Dead-lettered", "dead_lettered", "idem_retry --reason dead-lettered"),
+            ("Uncertain (an operator decides)", "uncertain",
+             "resolve in the admin, or idem_retry --state UNCERTAIN"),
+        ]:
+            per_task = status[name]
+            total = sum(per_task.values())
+            detail = ", ".join(f"{t}: {n}" for t, n in sorted(per_task.items()))
+            out(f"{label}: {total}" + (f" ({detail}) -> {hint}" if total else ""))

@@ -1,0 +1,141 @@
+"""The job row per (namespace, key), its append-only transition history, and checkpoints."""
+
+from __future__ import annotations
+
+import django
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .keys import KEY_MAX_LENGTH
+from .managers import JobQuerySet
+from .states import State
+
+# CheckConstraint's ``check`` became ``condition`` in Django 5.1 and went away in 6.0.
+_CHECK_KWARG = "condition" if django.VERSION >= (5, 1) else "check"
+
+
+class Job(models.Model):
+    """One idempotency key: the intent, the current claim, and the outcome."""
+
+    # Intent: what to run, written by the producer.
+    namespace = models.CharField(_("namespace"), max_length=200)
+    key = models.CharField(_("key"), max_length=KEY_MAX_LENGTH)
+    task_name = models.CharField(_("task name"), max_length=200)
+    args = models.JSONField(_("positional arguments"), null=True, blank=True)
+    kwargs = models.JSONField(_("keyword arguments"), null=True, blank=True)
+    fingerprint = models.CharField(
+        _("fingerprint"), max_length=64, help_text=_("SHA-256 of the canonical JSON arguments")
+    )
+    options = models.JSONField(
+        _("delivery options"), default=dict, blank=True,
+        help_text=_("queue, priority and routing used to re-dispatch the job"),
+    )
+
+    # Claim: who runs it now, fenced by the attempt number.
+    state = models.CharField(
+        _("state"), max_length=16, choices=State.choices, default=State.PENDING
+    )
+    attempt = models.PositiveIntegerField(
+        _("attempt"), default=0, help_text=_("incremented by every claim; the fencing token")
+    )
+    worker = models.CharField(_("worker"), max_length=255, blank=True, default="")
+    task_id = models.CharField(_("Celery task id"), max_length=255, blank=True, default="")
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
+    not_before = models.DateTimeField(_("not before"), null=True, blank=True)
+    dispatch_count = models.PositiveIntegerField(_("dispatches"), default=0)
+
+    # Outcome.
+    result = models.JSONField(_("result"), null=True, blank=True)
+    error = models.JSONField(_("error"), null=True, blank=True)
+
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("idempotent job")
+        verbose_name_plural = _("idempotent jobs")
+        # Operator actions in the admin, each behind its own permission (docs/admin.md).
+        permissions = [
+            ("retry_job", _("Can retry a failed or uncertain job")),
+            ("release_job", _("Can release a running job's claim")),
+            ("resolve_job", _("Can resolve an uncertain job")),
+            ("forget_job", _("Can forget a job so its key can run again")),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "key"], name="celery_idem_job_key_uniq"),
+            models.CheckConstraint(
+                **{_CHECK_KWARG: models.Q(state__in=State.values)},
+                name="celery_idem_job_state_valid",
+            ),
+        ]
+        indexes = [
+            # The reaper: RUNNING past its lease, PENDING past its dispatch timeout.
+            models.Index(fields=["state", "lease_expires_at"], name="celery_idem_job_lease_idx"),
+            models.Index(fields=["state", "updated_at"], name="celery_idem_job_pending_idx"),
+            # The admin: newest first, per task, and search by key prefix or task id.
+            models.Index(fields=["-created_at"], name="celery_idem_job_created_idx"),
+            models.Index(fields=["task_name", "-created_at"], name="celery_idem_job_task_idx"),
+            models.Index(fields=["key"], name="celery_idem_job_keyprefix_idx"),
+            models.Index(fields=["task_id"], name="celery_idem_job_task_id_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}:{self.key} [{self.state}]"
+
+
+class Transition(models.Model):
+    """One line of a job's history: a state change, a replayed duplicate, a late finish."""
+
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="transitions", verbose_name=_("job")
+    )
+    event = models.CharField(_("event"), max_length=32)
+    from_state = models.CharField(
+        _("from"), max_length=16, choices=State.choices, null=True, blank=True
+    )
+    to_state = models.CharField(_("to"), max_length=16, choices=State.choices)
+    attempt = models.PositiveIntegerField(_("attempt"))
+    worker = models.CharField(_("worker"), max_length=255, blank=True, default="")
+    task_id = models.CharField(_("Celery task id"), max_length=255, blank=True, default="")
+    reason = models.TextField(_("reason"), blank=True, default="")
+    actor = models.CharField(
+        _("actor"), max_length=150, blank=True, default="",
+        help_text=_("the user who acted, for operator actions"),
+    )
+    at = models.DateTimeField(_("at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("transition")
+        verbose_name_plural = _("transitions")
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"], name="celery_idem_transition_job_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.from_state or '-'} -> {self.to_state} ({self.event})"
+
+
+class Checkpoint(models.Model):
+    """A step of a job that completed, with its JSON value, so a re-run skips it."""
+
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="checkpoints", verbose_name=_("job")
+    )
+    step = models.CharField(_("step"), max_length=200)
+    value = models.JSONField(_("value"), null=True, blank=True)
+    attempt = models.PositiveIntegerField(_("attempt"))
+    at = models.DateTimeField(_("at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("checkpoint")
+        verbose_name_plural = _("checkpoints")
+        constraints = [
+            models.UniqueConstraint(fields=["job", "step"], name="celery_idem_checkpoint_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step} (attempt {self.attempt})"

@@ -1,0 +1,270 @@
+"""Recovery: one pass that finds the jobs a lost worker or a lost message left behind.
+
+Nothing is ever lost and nothing stays stuck, whatever crashes (docs/operations.md):
+
+1. **Lost messages.** A PENDING job that no worker claimed long after its message was
+   due (a broker that lost it, a publish that failed after the intent was written, an
+   atomic body whose transaction died with its worker) is sent again. The wait starts
+   at ``DISPATCH_TIMEOUT`` and doubles with each re-dispatch, up to
+   ``DISPATCH_MAX_BACKOFF``; ``dispatch_count`` keeps the count.
+2. **Stale claims.** A RUNNING job past its lease lost its worker. It goes back to
+   PENDING and is sent again; or to FAILED ("dead-lettered") once its attempts reach the
+   task's ``max_attempts``; or to UNCERTAIN when the task declared
+   ``on_stale_claim="uncertain"`` (its effect must not be repeated blindly), for an
+   operator to decide.
+
+Lost messages are swept first, so a claim released by this pass is not sent twice by it.
+Each sweep walks its rows by id in bounded batches; each batch is one short transaction
+whose rows are locked against concurrent passes (``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL, see ``Backend.locked_batch``), and every write in it is a conditional move of
+the state machine. Messages leave only after their batch commits: if sending fails, the
+job is PENDING with a recorded task id, and the next pass past the dispatch timeout sends
+it again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from celery import current_app
+from celery.utils import uuid
+from django.db.models import Q
+from django.utils import timezone
+
+from .backends import Backend, get_backend
+from .claims import attempts_since_reset, describe_error, persistence
+from .conf import settings
+from .dispatch import redispatch
+from .errors import StoredFailure
+from .models import Job
+from .states import State
+from .task import IdempotentTask
+
+logger = logging.getLogger(__name__)
+
+#: What a pass can do to a job, in the order reports list them.
+ACTIONS = (
+    "released",       # stale claim -> PENDING, sent again
+    "redispatched",   # PENDING whose message was presumed lost, sent again
+    "dead_lettered",  # stale claim at max_attempts -> FAILED
+    "uncertain",      # stale claim of a task that must not re-run blindly -> UNCERTAIN
+    "skipped",        # left alone: task unknown here, or no stored arguments to send
+    "send_failed",    # moved, but the broker refused the message; the next pass retries
+)
+
+#: Re-dispatch waits stop doubling after this many steps (2**30 x the timeout is forever).
+_MAX_DOUBLINGS = 30
+
+
+@dataclass
+class Report:
+    """What one pass did: per action, how many jobs of each task."""
+
+    counts: dict[str, Counter[str]] = field(
+        default_factory=lambda: {action: Counter() for action in ACTIONS})
+
+    def add(self, action: str, task_name: str) -> None:
+        self.counts[action][task_name] += 1
+
+    def total(self, action: str) -> int:
+        return sum(self.counts[action].values())
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        """JSON for the task result: only the actions that happened."""
+        return {action: dict(c) for action, c in self.counts.items() if c}
+
+    def lines(self) -> list[str]:
+        """One human-readable line per action that happened."""
+        return [
+            f"{action}: {self.total(action)} ("
+            + ", ".join(f"{name}: {n}" for name, n in sorted(c.items())) + ")"
+            for action, c in self.counts.items() if c
+        ]
+
+    def __str__(self) -> str:
+        return "; ".join(self.lines()) or "nothing to do"
+
+
+# -- which rows ------------------------------------------------------------------------
+
+def stale_claims(now: datetime) -> Q:
+    """RUNNING jobs whose lease expired before ``now`` (as ``Job.objects.stale``)."""
+    return Q(state=State.RUNNING, lease_expires_at__lt=now)
+
+
+def redispatch_wait(dispatch_count: int) -> float:
+    """Seconds a PENDING job waits for a claim, after its message was due, before it is
+    sent again: the dispatch timeout, doubled per re-dispatch so far, capped."""
+    timeout = float(settings.DISPATCH_TIMEOUT)
+    cap = max(float(settings.DISPATCH_MAX_BACKOFF), timeout)
+    return min(timeout * 2 ** min(dispatch_count, _MAX_DOUBLINGS), cap)
+
+
+def lost_messages(now: datetime) -> Q:
+    """PENDING jobs whose message was due ``redispatch_wait(dispatch_count)`` ago and was
+    not claimed. A message is due at the later of the last write and the not-before of a
+    scheduled retry, so a retry's own message gets the full timeout after its ETA."""
+    levels = Q()
+    for count in range(_MAX_DOUBLINGS + 1):
+        wait = redispatch_wait(count)
+        last = wait >= redispatch_wait(_MAX_DOUBLINGS) or count == _MAX_DOUBLINGS
+        due_before = now - timedelta(seconds=wait)
+        waited = Q(updated_at__lt=due_before) & (
+            Q(not_before__isnull=True) | Q(not_before__lt=due_before))
+        levels |= (Q(dispatch_count__gte=count) if last else Q(dispatch_count=count)) & waited
+        if last:
+            break
+    return Q(state=State.PENDING) & levels
+
+
+# -- what to do with a row -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Send:
+    """A message to send once the batch that decided it has committed."""
+
+    job: Job
+    task_id: str
+
+
+@dataclass
+class Pass:
+    """One recovery pass over one database."""
+
+    backend: Backend
+    now: datetime
+    report: Report = field(default_factory=Report)
+
+    def lost_message(self, job: Job, sends: list[Send]) -> None:
+        """Send a PENDING job again; the count and the new task id go in the same write."""
+        if not _resendable(job):
+            self._skip(job, "no stored arguments to send")
+            return
+        task_id = uuid()
+        wait = redispatch_wait(job.dispatch_count)
+        reason = (f"no worker claimed it within {wait:g}s of its message being due: "
+                  f"message presumed lost, re-dispatch {job.dispatch_count + 1}")
+        if self.backend.mark_redispatched(job.id, job.attempt, job.dispatch_count,
+                                          task_id=task_id, now=self.now, reason=reason):
+            sends.append(Send(job, task_id))
+            self.report.add("redispatched", job.task_name)
+
+    def stale_claim(self, job: Job, sends: list[Send]) -> None:
+        """Release, dead-letter or park the claim of a worker that is presumed dead."""
+        task = registered_task(job.task_name)
+        if not isinstance(task, IdempotentTask):
+            # Neither choice is safe without the task's declarations (may it re-run?
+            # how often?): leave it to a process that knows the task, or an operator.
+            self._skip(job, "task not registered in this process")
+            return
+        lost = (f"stale claim: attempt {job.attempt} by {job.worker or 'unknown worker'}, "
+                f"lease expired at {job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}")
+        if task.on_stale_claim == "uncertain":
+            self._move(job, "uncertain", f"{lost}; the task must not re-run blindly",
+                       {"lease_expires_at": None})
+        elif self._attempts_exhausted(job, task.effective_max_attempts()):
+            error = StoredFailure(f"DeadLettered: attempt {job.attempt} lost its worker and "
+                                  f"max_attempts {task.effective_max_attempts()} is reached")
+            self._move(job, "dead_lettered", "dead-lettered", {
+                "lease_expires_at": None, "finished_at": self.now,
+                "error": describe_error(error)}, detail=lost)
+        elif not _resendable(job):
+            # Back to PENDING all the same: a redelivered message can claim it at once.
+            self._move(job, "released", f"{lost}; not sent again: no stored arguments",
+                       {"lease_expires_at": None, "worker": ""}, action="skipped")
+        else:
+            task_id = uuid()
+            if self._move(job, "released", lost, {
+                    "lease_expires_at": None, "worker": "", "task_id": task_id,
+                    "dispatch_count": job.dispatch_count + 1}):
+                sends.append(Send(job, task_id))
+
+    def send(self, item: Send) -> None:
+        try:
+            redispatch(item.job, task_id=item.task_id)
+        # Any broker or routing error: the job is PENDING under this task id, so the
+        # next pass past the dispatch timeout sends it again. Report it and go on.
+        except Exception as exc:
+            logger.error("could not send job %s (%s) again: %s", item.job.id,
+                         item.job.task_name, exc,
+                         extra={"action": "redispatch_failed", "job_id": item.job.id})
+            self.report.add("send_failed", item.job.task_name)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _move(self, job: Job, event: str, reason: str, values: dict[str, object], *,
+              action: str | None = None, detail: str = "") -> bool:
+        moved = self.backend.transition(
+            job.id, event, State.RUNNING, attempt=job.attempt, values=values, now=self.now,
+            worker=job.worker, task_id=job.task_id,
+            reason=f"{reason}: {detail}" if detail else reason,
+        )
+        if moved:
+            self.report.add(action or event, job.task_name)
+        return moved
+
+    def _attempts_exhausted(self, job: Job, limit: int) -> bool:
+        # Only at the limit is the history read: a reset job starts a fresh budget.
+        return job.attempt >= limit and attempts_since_reset(
+            job.id, job.attempt, self.backend.alias) >= limit
+
+    def _skip(self, job: Job, why: str) -> None:
+        logger.warning("recovery left job %s (%s) alone: %s", job.id, job.task_name, why,
+                       extra={"action": "reap_skipped", "job_id": job.id})
+        self.report.add("skipped", job.task_name)
+
+
+def registered_task(name: str) -> object | None:
+    """The task registered as ``name``. Outside a worker (manage.py, a shell), Celery
+    imports autodiscovered task modules only on demand, so import them once if needed."""
+    task = current_app.tasks.get(name)
+    if task is None:
+        current_app.loader.import_default_modules()
+        task = current_app.tasks.get(name)
+    return task
+
+
+def _resendable(job: Job) -> bool:
+    return job.args is not None or job.kwargs is not None
+
+
+# -- the pass --------------------------------------------------------------------------
+
+def reap(*, now: datetime | None = None, using: str | None = None,
+         batch_size: int | None = None) -> Report:
+    """Run one recovery pass and return what it did. Safe to run concurrently.
+
+    ``now`` moves the pass's clock (tests, or an operator looking ahead); database errors
+    raise PersistenceError.
+    """
+    run = Pass(get_backend(using or settings.DATABASE), now or timezone.now())
+    limit = batch_size or settings.REAPER_BATCH_SIZE
+    with persistence():
+        _sweep(run, lost_messages(run.now), limit, run.lost_message)
+        _sweep(run, stale_claims(run.now), limit, run.stale_claim)
+    report = run.report
+    level = logging.WARNING if report.total("dead_lettered") or report.total("uncertain") \
+        or report.total("send_failed") else logging.INFO
+    logger.log(level, "recovery pass: %s", report,
+               extra={"action": "reap", "counts": report.as_dict()})
+    return report
+
+
+def _sweep(run: Pass, condition: Q, limit: int,
+           handle: Callable[[Job, list[Send]], None]) -> None:
+    """Walk the rows matching ``condition`` by id, one locked batch at a time."""
+    after = 0
+    while True:
+        sends: list[Send] = []
+        with run.backend.locked_batch(condition, after, limit) as jobs:
+            for job in jobs:
+                handle(job, sends)
+        for item in sends:  # committed: the messages may leave now
+            run.send(item)
+        if len(jobs) < limit:
+            return
+        after = jobs[-1].id

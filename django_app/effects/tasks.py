@@ -1,0 +1,127 @@
+"""Tasks the tests, benchmarks and local development run: each records its effect."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from celery import shared_task
+
+from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask
+
+from .models import Effect
+
+
+def _effect(task, **value) -> Effect:
+    return Effect.objects.create(key=task.idempotency_key, value=value, attempt=task.attempt,
+                                 pid=os.getpid())
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="ship/{order_id}")
+def ship_order(self, order_id, hold=0.0):
+    """Records one effect per order; ``hold`` keeps the claim for that many seconds."""
+    _effect(self, order_id=order_id)
+    if hold:
+        time.sleep(hold)
+    return {"shipped": order_id, "attempt": self.attempt}
+
+
+@shared_task(base=IdempotentTask, bind=True, atomic=True,
+             idempotency_key="deduct/{order_id}/{product_id}")
+def deduct_stock(self, order_id, product_id, qty, hold=0.0):
+    """Atomic: the effect row and the job's commit are one transaction."""
+    _effect(self, order_id=order_id, product_id=product_id, qty=qty)
+    if hold:
+        time.sleep(hold)
+    return {"deducted": qty, "attempt": self.attempt}
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
+def notify(self, user_id, text):
+    _effect(self, user_id=user_id, text=text)
+    return text
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=ALL_ARGUMENTS)
+def add(self, x, y=0):
+    _effect(self, x=x, y=y)
+    return x + y
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="fail/{n}")
+def always_fails(self, n):
+    _effect(self, n=n)
+    raise ValueError(f"boom {n}")
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="flaky/{n}", max_retries=3,
+             default_retry_delay=0)
+def flaky(self, n, failures=1):
+    """Fails ``failures`` times through self.retry, then succeeds."""
+    _effect(self, n=n)
+    if self.request.retries < failures:
+        raise self.retry(exc=RuntimeError("not yet"), countdown=0)
+    return {"n": n, "attempt": self.attempt, "retries": self.request.retries}
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="auto/{n}",
+             autoretry_for=(ConnectionError,), max_retries=2, default_retry_delay=0,
+             retry_backoff=False)
+def autoretried(self, n, failures=1):
+    _effect(self, n=n)
+    if self.request.retries < failures:
+        raise ConnectionError("transient")
+    return self.attempt
+
+
+@shared_task(base=IdempotentTask, bind=True, atomic=True, idempotency_key="atomic-fail/{n}")
+def atomic_fails(self, n):
+    _effect(self, n=n)
+    raise ValueError("rolled back")
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="wait/{name}")
+def wait_for_file(self, name, folder):
+    """Records its effect, then blocks until ``folder/name`` exists (crash tests)."""
+    _effect(self, name=name)
+    flag = Path(folder) / name
+    deadline = time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return name
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="parent/{n}", atomic=True)
+def parent_sends_child(self, n):
+    _effect(self, n=n)
+    notify.delay(n, f"child of {n}")
+    return n
+
+
+@shared_task(bind=True)
+def plain_effect(self, key):
+    """The plain-Celery baseline: one row, no idempotency."""
+    Effect.objects.create(key=key, pid=os.getpid())
+    return key
+
+
+@shared_task
+def ping():
+    return "pong"
+
+
+
+
+@shared_task(base=IdempotentTask, bind=True, atomic=True, idempotency_key="wait-atomic/{name}")
+def wait_for_file_atomic(self, name, folder):
+    """Atomic: records its effect inside the claim's transaction, touches
+    ``folder/name.started`` (the effect is not visible before the commit), then blocks
+    until ``folder/name`` exists (crash tests)."""
+    _effect(self, name=name)
+    Path(folder, f"{name}.started").write_text(str(os.getpid()))
+    flag = Path(folder) / name
+    deadline = time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return name

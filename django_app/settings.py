@@ -1,0 +1,138 @@
+"""Settings for the development/test project. The database and broker come from the
+environment; with nothing set it runs embedded: SQLite in WAL mode and kombu's
+filesystem transport, no server to start.
+
+- ``IDEM_DATABASE``: ``sqlite`` (default) or ``postgres`` (``IDEM_PG_NAME``, default
+  ``idem``; ``IDEM_PG_HOST`` default 127.0.0.1; user postgres, trust auth).
+- ``IDEM_BROKER``: a broker URL, default ``filesystem://``.
+- ``IDEM_RESULTS``: a result backend URL, default a folder under ``IDEM_VAR_DIR``.
+- ``IDEM_VAR_DIR``: where SQLite files and the filesystem broker live (default ./var).
+- ``IDEM_QUEUE``: the default queue (tests use a fresh one per run).
+"""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import django
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("IDEM_VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = "celery-idem-development-only"
+DEBUG = os.environ.get("IDEM_DEBUG", "") == "1"
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "celery_idem",
+    "django_app.effects",
+]
+if os.environ.get("IDEM_WITH_RESULTS_APP") == "1":
+    INSTALLED_APPS.append("django_celery_results")
+if importlib.util.find_spec("django_celery_beat"):
+    # The recovery schedule is tested with django-celery-beat's DatabaseScheduler too.
+    INSTALLED_APPS.append("django_celery_beat")
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "django_app.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
+
+DATABASE_KIND = os.environ.get("IDEM_DATABASE", "sqlite")
+if DATABASE_KIND == "postgres":
+    _name = os.environ.get("IDEM_PG_NAME", "idem")
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": _name,
+            "USER": os.environ.get("IDEM_PG_USER", "postgres"),
+            "HOST": os.environ.get("IDEM_PG_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("IDEM_PG_PORT", "5432"),
+            "TEST": {"NAME": f"test_{_name}"},
+        }
+    }
+elif DATABASE_KIND == "sqlite":
+    # Worker processes must see the test database, so it is a file, never :memory:.
+    _options = {"timeout": 30}
+    if django.VERSION >= (5, 1):
+        _options |= {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+        }
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(VAR_DIR / "idem.sqlite3"),
+            "OPTIONS": _options,
+            "TEST": {"NAME": str(VAR_DIR / "test-idem.sqlite3")},
+        }
+    }
+else:
+    raise RuntimeError(f"IDEM_DATABASE must be sqlite or postgres, not {DATABASE_KIND!r}")
+if os.environ.get("IDEM_DB_NAME"):
+    # Worker processes started by the tests point at the test database by name.
+    DATABASES["default"]["NAME"] = os.environ["IDEM_DB_NAME"]
+
+# -- Celery ------------------------------------------------------------------------------
+_broker_dir = VAR_DIR / "broker"
+CELERY_BROKER_URL = os.environ.get("IDEM_BROKER", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem"):
+    for sub in ("queue", "processed", "control"):
+        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
+        "polling_interval": 0.1,
+    }
+    CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+_results_dir = VAR_DIR / "results"
+_results_dir.mkdir(parents=True, exist_ok=True)
+CELERY_RESULT_BACKEND = os.environ.get("IDEM_RESULTS", f"file://{_results_dir}")
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("IDEM_QUEUE", "celery")
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"celery_idem": {"handlers": ["console"], "level": "WARNING"}},
+}

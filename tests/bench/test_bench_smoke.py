@@ -1,0 +1,104 @@
+"""Every benchmark in bench/ runs end to end at a tiny size, so the scripts cannot rot.
+
+The numbers come from full runs (docs/benchmarks.md); this only checks that each command
+works and writes its results. It needs PostgreSQL, Redis and RabbitMQ: it runs in the
+postgres tiers, skips in the SQLite tier, and in CI a missing service fails it.
+Each command gets its own throwaway database (``idem_bench_smoke_*``), dropped after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import IN_CI, require_service
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    settings.DATABASE_KIND != "postgres", reason="benchmarks run on PostgreSQL only")
+
+
+@pytest.fixture(scope="module")
+def bench_env(tmp_path_factory):
+    for service in ("postgres", "redis", "rabbitmq"):
+        require_service(service)
+    name = f"idem_bench_smoke_{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "IDEM_PG_NAME": name,
+           "IDEM_VAR_DIR": str(tmp_path_factory.mktemp("bench-var")),
+           "PYTHONPATH": str(ROOT)}
+    env.pop("IDEM_DB_NAME", None)
+    yield env
+    import psycopg
+
+    with psycopg.connect(dbname="postgres", user="postgres", host="127.0.0.1",
+                         autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run(env: dict[str, str], tmp_path: Path, script: str, *args: str,
+        timeout: float = 120) -> dict:
+    out = tmp_path / f"{Path(script).stem}.json"
+    proc = subprocess.run([sys.executable, f"bench/{script}", *args, "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(out.read_text())
+
+
+def _once_available() -> bool:
+    try:
+        import celery_once  # noqa: F401
+    except ImportError:
+        if IN_CI:
+            pytest.fail("celery-once is not installed (the bench extra)", pytrace=False)
+        return False
+    return True
+
+
+def test_throughput_every_variant_and_broker(bench_env, tmp_path):
+    variants = "plain,once,idem,atomic,replay3,replay" if _once_available() \
+        else "plain,idem,atomic,replay3,replay"
+    data = run(bench_env, tmp_path, "throughput.py", "--n", "15", "--rounds", "1",
+               "--brokers", "redis", "--variants", variants)
+    assert all(r["exactly_once"] for r in data["runs"])
+    assert set(data["summary"]["redis"]) == set(variants.split(","))
+    data = run(bench_env, tmp_path, "throughput.py", "--n", "15", "--rounds", "1",
+               "--brokers", "rabbitmq", "--variants",
+               "plain,atomic:reuse,idem:hygienic,replay:hygienic+prepared+rodup")
+    assert data["summary"]["rabbitmq"]["atomic:reuse"]["median_ratio"] > 0
+
+    if not IN_CI:
+        pytest.importorskip("matplotlib")
+    png = tmp_path / "plot.png"
+    proc = subprocess.run([sys.executable, "bench/plot.py", "--input",
+                           str(tmp_path / "throughput.json"), "--output", str(png)],
+                          cwd=ROOT, env=bench_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert png.stat().st_size > 1000
+
+
+def test_protocol_cost(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "protocol_cost.py", "--iterations", "10", "--rounds", "1")
+    paths = data["paths"]
+    assert paths["publish (producer intent)"]["round_trips"] == 1
+    assert paths["fresh run (default)"]["protocol_round_trips"] >= 2
+    assert data["timings"]["median_us"]["plugin claim+commit"] > 0
+
+
+def test_scaling(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "scaling.py", "--sizes", "300,600", "--ops", "10",
+               "--batches", "1", "--stale", "10")
+    assert [r["size"] for r in data["results"]] == [300, 600]
+    assert data["results"][-1]["claim_explain"]["indexes"]
+
+
+def test_memory(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "memory.py", "--n", "30")
+    assert data["summary"]["idem"]["median_rss_after_total_kib"] > 0

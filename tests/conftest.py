@@ -1,0 +1,41 @@
+"""Shared test helpers: service checks that fail in CI and skip elsewhere."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+SERVICES = {
+    "postgres": ("127.0.0.1", 5432),
+    "redis": ("127.0.0.1", 6379),
+    "rabbitmq": ("127.0.0.1", 5672),
+}
+
+
+def require_service(name: str) -> None:
+    """Skip the test when ``name`` is not listening; in CI, fail instead."""
+    host, port = SERVICES[name]
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as exc:
+        message = f"{name} is not reachable on {host}:{port}: {exc}"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from django.conf import settings
+
+    if settings.DATABASE_KIND == "postgres":
+        host, port = SERVICES["postgres"]
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+        except OSError as exc:
+            if IN_CI:
+                pytest.exit(f"PostgreSQL is required in CI and not reachable: {exc}", 1)
+            pytest.exit(f"IDEM_DATABASE=postgres but PostgreSQL is not reachable: {exc}", 1)

@@ -1,0 +1,36 @@
+"""Database tests run on the tier's database (SQLite or PostgreSQL) and, on PostgreSQL,
+against both the native SQL backend and the portable ORM fallback."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+
+from celery_idem import claims, publishing
+from celery_idem.backends import get_backend
+from celery_idem.backends.base import Intent
+from celery_idem.backends.generic import GenericBackend
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend_kind" in metafunc.fixturenames:
+        kinds = ["generic"] if settings.DATABASE_KIND == "sqlite" else ["native", "generic"]
+        metafunc.parametrize("backend_kind", kinds)
+
+
+@pytest.fixture
+def backend(backend_kind, monkeypatch):
+    """The backend under test, also used by the task and publish paths."""
+    chosen = GenericBackend("default") if backend_kind == "generic" else get_backend("default")
+    monkeypatch.setattr(claims, "get_backend", lambda alias, dedicated=False: chosen)
+    monkeypatch.setattr(publishing, "get_backend", lambda alias, dedicated=False: chosen)
+    return chosen
+
+
+@pytest.fixture
+def make_intent():
+    def make(key: str = "k1", fingerprint: str = "fp-1", namespace: str = "tests") -> Intent:
+        return Intent(namespace=namespace, key=key, task_name="tests.task",
+                      fingerprint=fingerprint, args=[1], kwargs={"a": "b"},
+                      options={"queue": "q"})
+    return make

@@ -1,0 +1,227 @@
+"""The job admin's list and detail pages: what they show, how fast, and to whom."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from celery_idem.admin import JobAdmin, changelist
+from celery_idem.models import Job
+from celery_idem.states import State
+from tests.browser.jobs import make_job, populate
+
+pytestmark = pytest.mark.django_db
+
+LIST = "/admin/celery_idem/job/"
+
+
+def detail(job: Job) -> str:
+    return reverse("admin:celery_idem_job_change", args=[job.pk])
+
+
+@pytest.fixture
+def viewer(client, django_user_model):
+    """A client logged in as staff who may only view jobs."""
+    user = django_user_model.objects.create_user("viewer", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(user)
+    return client
+
+
+def keys(response) -> list[str]:
+    return [job.key for job in response.context["cl"].result_list]
+
+
+class TestJobList:
+    def test_shows_key_task_state_badge_attempt_worker_and_times(self, viewer):
+        """Each row has the key, task, a state badge with its name in words, and times."""
+        jobs = populate()
+        response = viewer.get(LIST)
+        assert response.status_code == 200
+        html = response.content.decode()
+        row = html[html.index(">charge/order-1044<"):]
+        row = row[:row.index("</tr>")]
+        assert "shop.tasks.charge_card" in row
+        assert '<span class="idem-state idem-state--failed">Failed</span>' in row
+        assert "celery@payments-2" in row
+        assert "2.4 s" in row and "31 min ago" in row
+        assert "Running, stale claim" in html
+        assert len(keys(response)) == len(jobs)
+
+    def test_newest_first(self, viewer):
+        """The default order is by creation, newest first."""
+        make_job("old", age=timedelta(hours=2))
+        make_job("new", age=timedelta(minutes=1))
+        make_job("middle", age=timedelta(hours=1))
+        assert keys(viewer.get(LIST)) == ["new", "middle", "old"]
+
+    def test_summary_counts_states_under_the_current_filter(self, viewer):
+        """The summary counts jobs per state for the filter in force, with links per state."""
+        populate()
+        summary = {i["value"]: i["count"] for i in viewer.get(LIST).context["cl"].state_summary()}
+        assert summary == {"PENDING": 2, "RUNNING": 2, "SUCCEEDED": 6, "FAILED": 2,
+                           "UNCERTAIN": 1}
+        response = viewer.get(LIST, {"task_name": "shop.tasks.charge_card"})
+        items = response.context["cl"].state_summary()
+        assert {i["value"]: i["count"] for i in items} == {
+            "PENDING": 0, "RUNNING": 1, "SUCCEEDED": 2, "FAILED": 1, "UNCERTAIN": 0}
+        failed = next(i for i in items if i["value"] == "FAILED")
+        assert "state__exact=FAILED" in failed["url"] and "task_name=" in failed["url"]
+        assert "4 jobs" in response.content.decode()
+
+    def test_filters(self, viewer):
+        """State, stale claim, dead-lettered, task name and date each narrow the list."""
+        populate()
+        assert set(keys(viewer.get(LIST, {"state__exact": "FAILED"}))) == {
+            "charge/order-1044", "invoice/INV-2026-0193"}
+        assert keys(viewer.get(LIST, {"claim": "stale"})) == ["export/2026-11-21"]
+        assert keys(viewer.get(LIST, {"claim": "live"})) == ["charge/order-1045"]
+        assert keys(viewer.get(LIST, {"dead_lettered": "yes"})) == ["invoice/INV-2026-0193"]
+        assert "invoice/INV-2026-0193" not in keys(viewer.get(LIST, {"dead_lettered": "no"}))
+        assert len(keys(viewer.get(LIST, {"task_name": "shop.tasks.ship_order"}))) == 4
+        since = (timezone.now() - timedelta(hours=1)).isoformat()
+        recent = keys(viewer.get(LIST, {"created_at__gte": since}))
+        assert "invoice/INV-2026-0193" not in recent and "charge/order-1044" in recent
+
+    def test_search_by_key_prefix_exact_key_and_task_id(self, viewer):
+        """The search box takes a key, the start of a key, or a Celery task id."""
+        jobs = populate()
+        assert set(keys(viewer.get(LIST, {"q": "receipt/"}))) == {
+            "receipt/order-1039", "receipt/order-1042"}
+        assert keys(viewer.get(LIST, {"q": "ship/order-1043"})) == ["ship/order-1043"]
+        assert keys(viewer.get(LIST, {"q": jobs["receipt"].task_id})) == ["receipt/order-1039"]
+        assert keys(viewer.get(LIST, {"q": "order-1043"})) == []  # a prefix, not a substring
+        assert keys(viewer.get(LIST, {"q": "Ship/"})) == []  # keys are case-sensitive
+
+    def test_task_filter_offers_each_task_once(self, viewer):
+        """The task filter's choices come from the task index, one per name, in order."""
+        populate()
+        spec = next(f for f in viewer.get(LIST).context["cl"].filter_specs
+                    if getattr(f, "parameter_name", "") == "task_name")
+        assert [name for name, _ in spec.lookup_choices] == [
+            "billing.tasks.sync_invoice", "inventory.tasks.deduct_stock",
+            "mail.tasks.send_receipt", "reports.tasks.nightly_export",
+            "shop.tasks.charge_card", "shop.tasks.ship_order"]
+
+    def test_query_count_does_not_grow_with_the_page(self, viewer):
+        """Listing 5 or 50 jobs takes the same queries: no full count, no query per row."""
+        for n in range(5):
+            make_job(f"first/{n}", State.FAILED)
+        with CaptureQueriesContext(connection) as five:
+            assert len(keys(viewer.get(LIST))) == 5
+        for n in range(45):
+            make_job(f"more/{n}", [State.SUCCEEDED, State.RUNNING, State.PENDING][n % 3])
+        with CaptureQueriesContext(connection) as fifty:
+            assert len(keys(viewer.get(LIST))) == 50
+        assert len(fifty.captured_queries) == len(five.captured_queries)
+        counts = [q["sql"] for q in fifty.captured_queries if "COUNT(" in q["sql"].upper()]
+        # Only the summary counts, one bounded (LIMIT) count per state; no full count.
+        assert len(counts) == len(State) and all("LIMIT" in sql.upper() for sql in counts)
+
+    def test_summary_caps_each_count(self, viewer, monkeypatch):
+        """Past the cap a state shows "N+", and the total says "more than"."""
+        monkeypatch.setattr(changelist, "COUNT_LIMIT", 3)
+        for n in range(5):
+            make_job(f"f/{n}", State.FAILED)
+        make_job("s/1", State.SUCCEEDED)
+        response = viewer.get(LIST)
+        items = {i["value"]: i for i in response.context["cl"].state_summary()}
+        assert (items["FAILED"]["count"], items["FAILED"]["capped"]) == (3, True)
+        assert (items["SUCCEEDED"]["count"], items["SUCCEEDED"]["capped"]) == (1, False)
+        html = response.content.decode()
+        assert "more than 4 jobs" in html and '<span class="idem-summary-count">3+</span>' in html
+
+    def test_not_counted_in_full_and_sorted_only_by_indexed_columns(self):
+        """The admin never counts the whole table, and sorts only where an index helps."""
+        assert JobAdmin.show_full_result_count is False
+        assert set(JobAdmin.sortable_by) == {"key_column", "task_name", "age_column"}
+
+    def test_no_add_change_or_delete(self, admin_client):
+        """Jobs are records: even a superuser cannot add, edit or delete them here."""
+        job = make_job("k", State.FAILED)
+        assert admin_client.get(reverse("admin:celery_idem_job_add")).status_code == 403
+        assert admin_client.post(detail(job), {"key": "other"}).status_code == 403
+        assert admin_client.get(reverse("admin:celery_idem_job_delete", args=[job.pk])
+                                ).status_code == 403
+        actions = admin_client.get(LIST).context["action_form"].fields["action"].choices
+        assert "delete_selected" not in dict(actions)
+        assert Job.objects.get().key == "k"
+
+
+class TestJobDetail:
+    def test_read_only_page_with_history_checkpoints_json_and_traceback(self, viewer):
+        """The detail page shows the timeline, checkpoints, JSON and a folded traceback."""
+        jobs = populate()
+        job = jobs["declined"]
+        response = viewer.get(detail(job))
+        assert response.status_code == 200
+        html = response.content.decode()
+        timeline = response.context["timeline"]
+        assert [row["event"] for row in timeline] == [
+            "published", "claimed", "retry scheduled", "claimed", "failed"]
+        assert timeline[-1]["reason"] == "CardDeclined: card declined: insufficient funds (code 51)"
+        assert timeline[-1]["worker"] == "celery@payments-2" and timeline[-1]["attempt"] == 2
+        assert [c["step"] for c in response.context["checkpoints"]] == ["authorize"]
+        assert "pi_3PqM4k2eZvKYlo2C0" in html
+        assert '<pre class="idem-json">{\n  &quot;order_id&quot;: &quot;1044&quot;\n}</pre>' in html
+        assert '<details class="idem-traceback"><summary>Traceback</summary>' in html
+        assert "shop.payments.CardDeclined" in html
+        assert job.fingerprint in html
+        assert response.context["has_change_permission"] is False  # nothing to edit
+        assert 'name="key"' not in html and "<textarea" not in html
+
+    def test_result_shown_and_arguments_not_stored(self, viewer):
+        """A result is pretty-printed; arguments not stored say so instead of looking empty."""
+        job = make_job("k", State.SUCCEEDED, result={"charge_id": "ch_1"})
+        Job.objects.filter(pk=job.pk).update(args=None, kwargs=None)
+        html = viewer.get(detail(job)).content.decode()
+        assert "&quot;charge_id&quot;: &quot;ch_1&quot;" in html
+        assert "not stored (CELERY_IDEM_STORE_ARGUMENTS is off)" in html
+
+    def test_links_the_task_result_when_django_celery_results_is_installed(self, viewer,
+                                                                           monkeypatch):
+        """With django-celery-results, the task id links to its TaskResult by task_id."""
+        from django.apps import apps
+
+        job = make_job("k", State.SUCCEEDED)
+        installed = apps.is_installed("django_celery_results")
+        html = viewer.get(detail(job)).content.decode()
+        assert ("taskresult/?task_id=" in html) == installed
+        if not installed:
+            monkeypatch.setattr(apps, "is_installed",
+                                lambda name: name == "django_celery_results")
+            monkeypatch.setattr("celery_idem.admin.display.reverse",
+                                lambda name: "/admin/django_celery_results/taskresult/")
+            html = viewer.get(detail(job)).content.decode()
+        assert f'href="/admin/django_celery_results/taskresult/?task_id={job.task_id}"' in html
+
+    def test_buttons_only_for_permitted_actions_that_apply(self, client, django_user_model):
+        """A viewer sees no action buttons; an operator sees those the job's state allows."""
+        failed, running = make_job("f", State.FAILED), make_job("r", State.RUNNING)
+        user = django_user_model.objects.create_user("op", is_staff=True)
+        user.user_permissions.add(*Permission.objects.filter(
+            codename__in=["view_job", "retry_job", "forget_job"]))
+        client.force_login(user)
+
+        def buttons(job):
+            return [a["name"] for a in client.get(detail(job)).context["job_actions"]]
+
+        assert buttons(failed) == ["retry_selected", "forget_selected"]
+        assert buttons(running) == []  # release needs release_job; a running job can't be forgotten
+        user.user_permissions.remove(*Permission.objects.exclude(codename="view_job"))
+        user = django_user_model.objects.get(pk=user.pk)
+        client.force_login(user)
+        assert buttons(failed) == []
+
+    def test_staff_without_view_permission_is_refused(self, client, django_user_model):
+        """Seeing jobs at all needs the view permission."""
+        job = make_job("k", State.FAILED)
+        client.force_login(django_user_model.objects.create_user("nobody", is_staff=True))
+        assert client.get(LIST).status_code == 403
+        assert client.get(detail(job)).status_code == 403

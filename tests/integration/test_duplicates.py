@@ -1,0 +1,46 @@
+"""The same key published several times to real workers runs its body once."""
+
+from __future__ import annotations
+
+from celery_idem.models import Job, Transition
+from django_app.effects.models import Effect
+from django_app.effects.tasks import deduct_stock, ship_order
+
+from .workers import wait_until
+
+RESULT_TIMEOUT = 120
+
+
+def test_same_key_five_times_runs_once_and_every_caller_gets_the_result(worker):
+    """Five publishes of one key: one effect, five equal results, history shows duplicates."""
+    results = [ship_order.delay(42, hold=0.5) for _ in range(5)]
+    values = [r.get(timeout=RESULT_TIMEOUT) for r in results]
+
+    assert values == [{"shipped": 42, "attempt": 1}] * 5
+    assert Effect.objects.filter(key="ship/42").count() == 1
+    job = Job.objects.get(key="ship/42")
+    assert (job.state, job.attempt) == ("SUCCEEDED", 1)
+    events = list(Transition.objects.filter(job=job).values_list("event", flat=True))
+    assert events.count("claimed") == 1 and events.count("succeeded") == 1
+    assert events.count("duplicate") == 4
+    assert events[:3] == ["published", "claimed", "succeeded"]
+
+
+def test_atomic_task_published_five_times_writes_its_effect_once(worker):
+    """atomic=True: duplicates serialise on the claim and replay the one result."""
+    results = [deduct_stock.delay(7, 3, 2, hold=0.3) for _ in range(5)]
+    values = [r.get(timeout=RESULT_TIMEOUT) for r in results]
+
+    assert values == [{"deducted": 2, "attempt": 1}] * 5
+    assert Effect.objects.filter(key="deduct/7/3").count() == 1
+    job = Job.objects.get(key="deduct/7/3")
+    assert (job.state, job.attempt) == ("SUCCEEDED", 1)
+    assert Transition.objects.filter(job=job, event="duplicate").count() == 4
+
+
+def test_wait_until_helper_times_out():
+    """The polling helper raises instead of waiting forever."""
+    import pytest
+
+    with pytest.raises(AssertionError, match="timed out"):
+        wait_until(lambda: False, timeout=0.3, what="nothing")

@@ -1,0 +1,179 @@
+"""Crashes between the effect and the commit, and a broker that loses its messages:
+recovery completes every job, once per key where the effect is atomic."""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+from kombu import Queue
+
+from celery_idem import reaper
+from celery_idem.conf import settings as idem_settings
+from celery_idem.models import Job, Transition
+from django_app.celery import app
+from django_app.effects.models import Effect
+from django_app.effects.tasks import ship_order, wait_for_file, wait_for_file_atomic
+
+from .workers import Worker, wait_until
+
+TIMEOUT = 120
+
+
+def later() -> datetime:
+    """A clock past every lease and dispatch timeout: the claims of killed workers are stale."""
+    return timezone.now() + timedelta(
+        seconds=idem_settings.DEFAULT_LEASE + idem_settings.DISPATCH_TIMEOUT + 60)
+
+
+def job(key: str) -> Job:
+    return Job.objects.get(key=key)
+
+
+def events(key: str) -> list[tuple[str, int]]:
+    return list(Transition.objects.filter(job__key=key).order_by("id")
+                .values_list("event", "attempt"))
+
+
+def start_blocked(task, name: str, folder: Path) -> None:
+    """Publish a body that records its effect and blocks, and wait until it is inside."""
+    task.delay(name, str(folder))
+    if task is wait_for_file_atomic:  # its effect is invisible until the commit
+        wait_until(lambda: (folder / f"{name}.started").exists(), TIMEOUT, what="body start")
+    else:
+        wait_until(lambda: Effect.objects.filter(key=f"wait/{name}").exists(), TIMEOUT,
+                   what="the effect row")
+
+
+def kill_child_of(worker: Worker, key: str, flags: Path) -> None:
+    """SIGKILL the pool child that holds the key's claim (atomic: that runs its body)."""
+    held = job(key).worker  # "host/pid" of the claim
+    if held:
+        pid = int(held.rsplit("/", 1)[1])
+    else:  # atomic: the claim is uncommitted; the body wrote its pid to the .started file
+        pid = int((flags / f"{key.split('/', 1)[1]}.started").read_text())
+    assert pid in worker.children(), (pid, worker.children())
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: pid not in worker.children(), 30, what="the child to die")
+
+
+@pytest.fixture
+def flags(tmp_path, broker_service, transactional_db):
+    return tmp_path
+
+
+def test_child_killed_after_effect_is_released_at_once_and_runs_again(flags):
+    """SIGKILL of the pool child: the MainProcess releases the claim, attempt 2 completes."""
+    with Worker(concurrency=2) as w:
+        start_blocked(wait_for_file, "child", flags)
+        kill_child_of(w, "wait/child", flags)
+        (flags / "child").touch()
+        wait_until(lambda: "released" in [e for e, _ in events("wait/child")], TIMEOUT,
+                   what="the release by the worker")
+        reaper.reap()
+        wait_until(lambda: job("wait/child").state == "SUCCEEDED", TIMEOUT, what="success")
+    released = Transition.objects.get(job__key="wait/child", event="released")
+    assert released.reason.startswith("worker lost") and released.attempt == 1
+    assert ("claimed", 2) in events("wait/child") and job("wait/child").attempt == 2
+    # Not atomic: the effect before the crash stays, as the protocol's table says.
+    assert Effect.objects.filter(key="wait/child").count() == 2
+
+
+def test_child_killed_in_an_atomic_body_leaves_the_effect_exactly_once(flags):
+    """atomic=True: the killed attempt's effect rolled back; one effect, history says so."""
+    with Worker(concurrency=2) as w:
+        start_blocked(wait_for_file_atomic, "achild", flags)
+        kill_child_of(w, "wait-atomic/achild", flags)
+        (flags / "achild").touch()
+        reaper.reap()
+        wait_until(lambda: job("wait-atomic/achild").state == "SUCCEEDED", TIMEOUT,
+                   what="success")
+    assert Effect.objects.filter(key="wait-atomic/achild").count() == 1
+    names = [e for e, _ in events("wait-atomic/achild")]
+    assert names.index("attempt_lost") < names.index("claimed") < names.index("succeeded")
+
+
+def test_whole_worker_killed_after_effect_is_recovered_by_the_reaper(flags):
+    """SIGKILL of the whole worker: nothing reports it; the stale claim is released by the
+    recovery pass and a new worker completes attempt 2."""
+    first = Worker(concurrency=2).start()
+    try:
+        start_blocked(wait_for_file, "whole", flags)
+    finally:
+        first.kill()
+    (flags / "whole").touch()
+    assert job("wait/whole").state == "RUNNING"
+    report = reaper.reap(now=later())
+    assert report.as_dict() == {"released": {wait_for_file.name: 1}}
+    with Worker(concurrency=2):
+        wait_until(lambda: job("wait/whole").state == "SUCCEEDED", TIMEOUT, what="success")
+    assert ("released", 1) in events("wait/whole") and ("claimed", 2) in events("wait/whole")
+    assert Effect.objects.filter(key="wait/whole").count() == 2
+
+
+def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(flags):
+    """atomic=True, whole worker SIGKILLed: the job was never visibly claimed; the reaper
+    re-dispatches the PENDING intent and the effect exists exactly once."""
+    first = Worker(concurrency=2).start()
+    try:
+        start_blocked(wait_for_file_atomic, "awhole", flags)
+    finally:
+        first.kill()
+    (flags / "awhole").touch()
+    assert job("wait-atomic/awhole").state == "PENDING"
+    assert reaper.reap(now=later()).total("redispatched") == 1
+    with Worker(concurrency=2):
+        wait_until(lambda: job("wait-atomic/awhole").state == "SUCCEEDED", TIMEOUT,
+                   what="success")
+    assert Effect.objects.filter(key="wait-atomic/awhole").count() == 1
+    names = [e for e, _ in events("wait-atomic/awhole")]
+    assert names.index("redispatched") < names.index("claimed") < names.index("succeeded")
+
+
+def lose_queued_messages() -> None:
+    """The broker loses everything queued: Redis flushes its database (only the broker's
+    own, from CELERY_BROKER_URL); other brokers drop this run's queue."""
+    url = urlparse(settings.CELERY_BROKER_URL)
+    if url.scheme == "redis":
+        import redis
+
+        assert settings.CELERY_BROKER_URL != settings.CELERY_RESULT_BACKEND
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+        return
+    with app.connection_for_write() as conn:
+        Queue(settings.CELERY_TASK_DEFAULT_QUEUE).bind(conn.default_channel).purge()
+
+
+def test_messages_lost_by_the_broker_are_re_dispatched_and_run_once(broker_service,
+                                                                     transactional_db):
+    """Five jobs published, the broker loses them before any worker starts; the recovery
+    pass re-dispatches every PENDING intent and each job finishes once."""
+    for n in range(5):
+        ship_order.delay(1000 + n)
+    lose_queued_messages()
+    report = reaper.reap(now=timezone.now() + timedelta(
+        seconds=idem_settings.DISPATCH_TIMEOUT + 1))
+    assert report.as_dict() == {"redispatched": {ship_order.name: 5}}
+    with Worker(concurrency=2):
+        wait_until(lambda: Job.objects.filter(state="SUCCEEDED").count() == 5, TIMEOUT,
+                   what="five successes")
+    for n in range(5):
+        assert Effect.objects.filter(key=f"ship/{1000 + n}").count() == 1
+        assert [e for e, _ in events(f"ship/{1000 + n}")] == \
+            ["published", "redispatched", "claimed", "succeeded"]
+
+
+def test_warm_shutdown_leaves_no_claim_behind(worker):
+    """SIGTERM while a body runs: the worker finishes it and exits holding no claim."""
+    result = ship_order.delay(77, hold=2.0)
+    wait_until(lambda: Effect.objects.filter(key="ship/77").exists(), TIMEOUT, what="start")
+    worker.stop(timeout=60)
+    assert worker.process.returncode is not None
+    assert job("ship/77").state == "SUCCEEDED" and result.id
+    assert not Job.objects.filter(state="RUNNING").exists()

@@ -1,0 +1,107 @@
+"""Run the whole test suite, tier by tier: ``python3 tests/run.py``.
+
+On a fresh machine it first makes ``.venv`` and installs the project with its test
+extras. Tiers (pytest runs, each with its own database, broker and queue):
+
+1. sqlite: no services: unit tests, database tests on SQLite, the admin in a real
+   browser, and real worker processes on kombu's filesystem transport.
+2. postgres+redis: database tests on PostgreSQL, workers on Redis, and every benchmark
+   at a tiny size (so the scripts in bench/ cannot rot).
+3. postgres+rabbitmq: workers on RabbitMQ.
+
+Tiers 2 and 3 need PostgreSQL, Redis and RabbitMQ on 127.0.0.1. Without them they are
+skipped, except in CI (``CI=true``), where a missing service fails the run.
+Extra arguments go to every pytest run, e.g. ``python3 tests/run.py -k claim -x``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "django_app" / "bootstrap.py")
+assert _spec and _spec.loader
+_bootstrap = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_bootstrap)
+
+REDIS = "redis://127.0.0.1:6379"
+RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
+SERVICES = {"postgres": 5432, "redis": 6379, "rabbitmq": 5672}
+#: (name, environment, test paths, services it needs)
+TIERS = [
+    ("sqlite", {"IDEM_DATABASE": "sqlite"},
+     ["tests/unit", "tests/db", "tests/browser", "tests/integration"], []),
+    ("postgres+redis", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": f"{REDIS}/0",
+                        "IDEM_RESULTS": f"{REDIS}/1"},
+     ["tests/db", "tests/integration", "tests/bench"], ["postgres", "redis", "rabbitmq"]),
+    ("postgres+rabbitmq", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": RABBITMQ,
+                           "IDEM_RESULTS": f"{REDIS}/1"}, ["tests/integration"],
+     ["postgres", "rabbitmq", "redis"]),
+]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _missing(services: list[str]) -> list[str]:
+    missing = []
+    for name in services:
+        try:
+            socket.create_connection(("127.0.0.1", SERVICES[name]), timeout=2).close()
+        except OSError:
+            missing.append(name)
+    return missing
+
+
+def _counts(junit: Path) -> tuple[int, int, int]:
+    if not junit.exists():
+        return 0, 0, 0
+    suites = ET.parse(junit).getroot().iter("testsuite")
+    tests = failed = skipped = 0
+    for suite in suites:
+        tests += int(suite.get("tests", 0))
+        failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skipped += int(suite.get("skipped", 0))
+    return tests - failed - skipped, failed, skipped
+
+
+def main(argv: list[str]) -> int:
+    _bootstrap.ensure_venv("test,bench")
+    run_id = uuid.uuid4().hex[:8]
+    workdir = Path(tempfile.mkdtemp(prefix=f"celery-idem-{run_id}-"))
+    totals = [0, 0, 0]
+    exit_code = 0
+    for name, env_extra, paths, services in TIERS:
+        print(f"\n=== tier {name} ===", flush=True)
+        missing = _missing(services)
+        if missing and not IN_CI:
+            print(f"skipped: {', '.join(missing)} not reachable on 127.0.0.1 "
+                  "(in CI this fails the run)", flush=True)
+            continue
+        junit = workdir / f"{name}.xml"
+        env = {
+            **os.environ, **env_extra,
+            "IDEM_VAR_DIR": str(workdir / name), "IDEM_QUEUE": f"idem-test-{run_id}-{name}",
+            "IDEM_PG_NAME": f"idem_{run_id}",
+        }
+        code = subprocess.call(
+            [sys.executable, "-m", "pytest", *paths, f"--junitxml={junit}",
+             "-p", "no:cacheprovider", *argv], cwd=ROOT, env=env)
+        passed, failed, skipped = _counts(junit)
+        totals = [totals[0] + passed, totals[1] + failed, totals[2] + skipped]
+        if code not in (0, 5):
+            exit_code = 1
+    print(f"\ntotal: {totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
+    if totals[0] == 0:
+        exit_code = exit_code or 1
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,146 @@
+"""Key declarations: templates, callables, constants, and the errors for bad ones."""
+
+from __future__ import annotations
+
+import pytest
+from celery import Celery
+
+from celery_idem import (
+    ALL_ARGUMENTS,
+    PER_CALL,
+    ConfigurationError,
+    IdempotentTask,
+    InvalidKey,
+    MissingKey,
+)
+from celery_idem.fingerprints import fingerprint
+from celery_idem.keys import KEY_MAX_LENGTH, validate_key
+
+app = Celery("keys-tests", set_as_current=False)
+
+
+def make_task(fun, **options):
+    """Create and register a task class right away, as a project's import would."""
+    return app.task(base=IdempotentTask, bind=True, lazy=False, shared=False, **options)(fun)
+
+
+def ship(self, order_id, carrier="ups"):
+    return order_id
+
+
+class TestTemplates:
+    def test_template_formats_bound_arguments_with_defaults(self):
+        """A template sees positional and keyword arguments by name, defaults applied."""
+        task = make_task(ship, name="t.tpl1", idempotency_key="ship/{order_id}/{carrier}")
+        assert task.intent((42,)).key == "ship/42/ups"
+        assert task.intent((), {"order_id": 7, "carrier": "dhl"}).key == "ship/7/dhl"
+
+    def test_template_naming_an_unknown_parameter_fails_at_registration(self):
+        """A typo in a template is a ConfigurationError when the task is created."""
+        with pytest.raises(ConfigurationError, match="names 'order', which is not a parameter"):
+            make_task(ship, name="t.tpl2", idempotency_key="ship/{order}")
+
+    def test_template_without_fields_is_refused(self):
+        """A constant template would make every call share one key."""
+        with pytest.raises(ConfigurationError, match="names no argument"):
+            make_task(ship, name="t.tpl3", idempotency_key="ship")
+
+    def test_positional_template_fields_are_refused(self):
+        """Fields must name parameters, not positions."""
+        with pytest.raises(ConfigurationError, match="must name parameters"):
+            make_task(ship, name="t.tpl4", idempotency_key="ship/{0}")
+
+    def test_template_may_index_into_a_dict_argument(self):
+        """Format-spec indexing works on JSON arguments."""
+        def pay(self, order):
+            return order
+
+        task = make_task(pay, name="t.tpl5", idempotency_key="pay/{order[id]}")
+        assert task.intent(({"id": 9, "total": 3},)).key == "pay/9"
+
+    def test_template_missing_a_dict_item_is_an_invalid_key(self):
+        """A template that fails on the actual arguments raises InvalidKey at publish."""
+        def pay(self, order):
+            return order
+
+        task = make_task(pay, name="t.tpl6", idempotency_key="pay/{order[id]}")
+        with pytest.raises(InvalidKey, match="failed on these arguments"):
+            task.intent(({"total": 3},))
+
+
+class TestOtherSources:
+    def test_callable_receives_the_task_arguments(self):
+        """A callable key gets the call's own args and kwargs."""
+        task = make_task(ship, name="t.call1",
+                         idempotency_key=lambda order_id, carrier="ups": f"o{order_id}-{carrier}")
+        assert task.intent((5,), {"carrier": "fedex"}).key == "o5-fedex"
+
+    def test_callable_returning_a_non_string_is_an_invalid_key(self):
+        """The callable's return value is validated like any key."""
+        task = make_task(ship, name="t.call2", idempotency_key=lambda order_id, **_: order_id)
+        with pytest.raises(InvalidKey, match="must be a str"):
+            task.intent((5,))
+
+    def test_all_arguments_key_is_the_fingerprint(self):
+        """ALL_ARGUMENTS keys by the fingerprint of the bound arguments."""
+        task = make_task(ship, name="t.all1", idempotency_key=ALL_ARGUMENTS)
+        intent = task.intent((5,))
+        assert intent.key == intent.fingerprint == fingerprint({"order_id": 5, "carrier": "ups"})
+        assert task.intent((), {"order_id": 5}).key == intent.key
+
+    def test_per_call_without_a_key_raises_missing_key(self):
+        """A PER_CALL task refuses a call that brings no key."""
+        task = make_task(ship, name="t.per1", idempotency_key=PER_CALL)
+        with pytest.raises(MissingKey):
+            task.intent((5,))
+        assert task.intent((5,), key="manual-5").key == "manual-5"
+
+    def test_a_task_that_declares_no_key_is_a_configuration_error(self):
+        """Saying nothing is an error at registration, not a silent default."""
+        with pytest.raises(ConfigurationError, match="declares no idempotency_key"):
+            make_task(ship, name="t.none")
+
+    def test_unknown_idempotency_option_suggests_the_right_one(self):
+        """A misspelt option fails with a hint instead of being ignored."""
+        with pytest.raises(ConfigurationError, match="did you mean 'idempotency_key'"):
+            make_task(ship, name="t.typo", idempotency_keys="x/{order_id}")
+
+    @pytest.mark.parametrize("option,value", [("on_in_progress", "wait"),
+                                              ("on_stale_claim", "retry"),
+                                              ("max_attempts", 0)])
+    def test_bad_policy_values_fail_at_registration(self, option, value):
+        """Policies are checked when the task class is created."""
+        with pytest.raises(ConfigurationError):
+            make_task(ship, name=f"t.bad.{option}", idempotency_key="s/{order_id}",
+                      **{option: value})
+
+    def test_class_based_task_is_checked_when_it_defines_run(self):
+        """Abstract bases pass; a concrete class with run() must declare its key."""
+        class Base(IdempotentTask):
+            atomic = True
+
+        with pytest.raises(ConfigurationError):
+            class Concrete(Base):
+                def run(self, x):
+                    return x
+
+        class Keyed(Base):
+            idempotency_key = "k/{x}"
+
+            def run(self, x):
+                return x
+
+        assert Keyed._key_spec.key({"x": 1}, (1,), {}) == "k/1"
+        assert Keyed.idempotency_key == "k/{x}"
+
+
+class TestValidateKey:
+    @pytest.mark.parametrize("key", ["", "   ", None, 42, b"bytes", "x" * (KEY_MAX_LENGTH + 1)])
+    def test_bad_keys_raise_invalid_key(self, key):
+        """Keys are non-empty strings that fit the column."""
+        with pytest.raises(InvalidKey):
+            validate_key(key)
+
+    def test_a_key_of_the_maximum_length_is_accepted(self):
+        """The limit is inclusive."""
+        assert validate_key("k" * KEY_MAX_LENGTH) == "k" * KEY_MAX_LENGTH

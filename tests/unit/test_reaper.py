@@ -1,0 +1,46 @@
+"""The recovery pass's pure parts: its report, the re-dispatch backoff, the lost-message query."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.test import override_settings
+
+from celery_idem import reaper
+
+
+def test_report_counts_per_action_and_task():
+    """The report groups counts by action, then by task, and prints one line per action."""
+    report = reaper.Report()
+    report.add("released", "a")
+    report.add("released", "b")
+    report.add("released", "a")
+    report.add("dead_lettered", "b")
+    assert report.as_dict() == {"released": {"a": 2, "b": 1}, "dead_lettered": {"b": 1}}
+    assert report.total("released") == 3
+    assert report.lines() == ["released: 3 (a: 2, b: 1)", "dead_lettered: 1 (b: 1)"]
+
+
+def test_an_empty_report_says_so():
+    """A pass that did nothing says "nothing to do" and returns an empty dict."""
+    assert str(reaper.Report()) == "nothing to do" and reaper.Report().as_dict() == {}
+
+
+@override_settings(CELERY_IDEM_DISPATCH_TIMEOUT=10, CELERY_IDEM_DISPATCH_MAX_BACKOFF=100)
+def test_redispatch_wait_doubles_up_to_the_cap():
+    """10 s, 20 s, 40 s, 80 s, then the 100 s cap forever."""
+    assert [reaper.redispatch_wait(n) for n in range(7)] == [10, 20, 40, 80, 100, 100, 100]
+    assert reaper.redispatch_wait(10_000) == 100
+
+
+@override_settings(CELERY_IDEM_DISPATCH_TIMEOUT=300, CELERY_IDEM_DISPATCH_MAX_BACKOFF=10)
+def test_a_cap_below_the_timeout_means_the_timeout():
+    """The cap never shortens the first wait."""
+    assert reaper.redispatch_wait(0) == reaper.redispatch_wait(5) == 300
+
+
+@override_settings(CELERY_IDEM_DISPATCH_TIMEOUT=0)
+def test_zero_timeout_gives_one_level_query():
+    """Without a timeout every PENDING row past its due time qualifies: one OR branch."""
+    query = reaper.lost_messages(datetime(2030, 1, 1, tzinfo=UTC))
+    assert str(query).count("dispatch_count") == 1
