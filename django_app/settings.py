@@ -107,6 +107,8 @@ if os.environ.get("IDEM_DB_NAME"):
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_URL = os.environ.get("IDEM_BROKER", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem"):
+    # kombu's own filesystem transport can lose a message to a half-written file.
+    CELERY_BROKER_TRANSPORT = "celery_idem.filesystem:Transport"
     for sub in ("queue", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -23,6 +23,8 @@ DATABASES = {
 }
 
 CELERY_BROKER_URL = "filesystem://"
+# kombu's own filesystem transport can lose a message to a half-written file.
+CELERY_BROKER_TRANSPORT = "celery_idem.filesystem:Transport"
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "data_folder_in": str(BROKER / "queue"),
     "data_folder_out": str(BROKER / "queue"),

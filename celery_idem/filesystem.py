@@ -1,0 +1,50 @@
+"""kombu's filesystem transport with atomic publishing, for the embedded (no server) stack.
+
+kombu's ``filesystem`` transport creates the ``.msg`` file and only then writes the
+message into it. A consumer polling the folder in between moves the still-empty file,
+fails to decode it, and the message is gone. A chain step or a redelivery vanishes
+that way about once in a few thousand messages; the recovery task would re-dispatch
+the job, but only after ``CELERY_IDEM_DISPATCH_TIMEOUT``.
+
+This transport writes each message under a name consumers ignore and renames it into
+place, which POSIX makes atomic: a consumer sees the whole message or nothing. Select
+it next to the usual URL::
+
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT = "celery_idem.filesystem:Transport"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from time import monotonic
+from typing import Any
+
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem
+from kombu.utils.json import dumps
+
+#: Suffix of a message being written; consumers match only ``<queue>.msg``.
+PARTIAL_SUFFIX = ".part"
+
+
+class Channel(filesystem.Channel):
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+        # The name is kombu's own, so ordering and the other methods are unchanged.
+        name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
+        path = os.path.join(self.data_folder_out, name)
+        partial = path + PARTIAL_SUFFIX
+        try:
+            with open(partial, "wb") as f:
+                f.write(dumps(payload).encode())
+            os.replace(partial, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.remove(partial)
+            raise ChannelError(f"Cannot add file {path!r} to directory") from exc
+
+
+class Transport(filesystem.Transport):
+    Channel = Channel

@@ -1,0 +1,82 @@
+"""The embedded broker: a consumer never sees a message before it is whole."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from celery import Celery
+from kombu import Connection
+from kombu.exceptions import ChannelError
+
+from celery_idem import filesystem
+
+TRANSPORT = "celery_idem.filesystem:Transport"
+
+
+def connect(folder) -> Connection:
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder),
+               "polling_interval": 0}
+    return Connection("filesystem://", transport=TRANSPORT, transport_options=options)
+
+
+def test_celery_setting_selects_the_atomic_transport(tmp_path):
+    app = Celery(set_as_current=False)
+    app.conf.broker_url = "filesystem://"
+    app.conf.broker_transport = TRANSPORT
+    app.conf.broker_transport_options = {"data_folder_in": str(tmp_path),
+                                         "data_folder_out": str(tmp_path)}
+    with app.connection_for_write() as conn:
+        assert isinstance(conn.transport, filesystem.Transport)
+
+
+def test_a_message_is_invisible_until_it_is_whole(tmp_path, monkeypatch):
+    """A consumer polling between the write and the rename finds nothing, not a torn file."""
+    seen_mid_publish = []
+    real_replace = os.replace
+
+    with connect(tmp_path) as producer_conn, connect(tmp_path) as consumer_conn:
+        consumer = consumer_conn.SimpleQueue("jobs")
+
+        def replace_after_a_poll(src, dst):
+            with pytest.raises(consumer.Empty):
+                consumer.get(block=False)
+            seen_mid_publish.append(sorted(os.listdir(tmp_path)))
+            real_replace(src, dst)
+
+        producer = producer_conn.SimpleQueue("jobs", serializer="json")
+        monkeypatch.setattr(filesystem.os, "replace", replace_after_a_poll)
+        producer.put({"order": 42, "pad": "x" * 100_000})
+        monkeypatch.undo()
+
+        message = consumer.get(block=False)
+        assert message.payload == {"order": 42, "pad": "x" * 100_000}
+        message.ack()
+    assert len(seen_mid_publish) == 1
+    assert [name.endswith(filesystem.PARTIAL_SUFFIX) for name in seen_mid_publish[0]] == [True]
+    assert os.listdir(tmp_path) == []
+
+
+def test_messages_keep_their_order(tmp_path):
+    with connect(tmp_path) as conn:
+        queue = conn.SimpleQueue("jobs", serializer="json")
+        for n in range(5):
+            queue.put({"n": n})
+        received = []
+        for _ in range(5):
+            message = queue.get(block=False)
+            received.append(message.payload["n"])
+            message.ack()
+    assert received == [0, 1, 2, 3, 4]
+
+
+def test_a_failed_publish_raises_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    def refuse(src, dst):
+        raise OSError("disk full")
+
+    with connect(tmp_path) as conn:
+        queue = conn.SimpleQueue("jobs", serializer="json")
+        monkeypatch.setattr(filesystem.os, "replace", refuse)
+        with pytest.raises(ChannelError):
+            queue.put({"n": 1})
+    assert os.listdir(tmp_path) == []
