@@ -17,9 +17,10 @@ Lost messages are swept first, so a claim released by this pass is not sent twic
 Each sweep walks its rows by id in bounded batches; each batch is one short transaction
 whose rows are locked against concurrent passes (``FOR UPDATE SKIP LOCKED`` on
 PostgreSQL, see ``Backend.locked_batch``), and every write in it is a conditional move of
-the state machine. Messages leave only after their batch commits: if sending fails, the
-job is PENDING with a recorded task id, and the next pass past the dispatch timeout sends
-it again.
+the state machine; the stale claims of a batch are moved together
+(``Backend.transition_batch``: one statement per kind of move on PostgreSQL). Messages
+leave only after their batch commits: if sending fails, the job is PENDING with a
+recorded task id, and the next pass past the dispatch timeout sends it again.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .backends import Backend, get_backend
+from .backends.base import BatchMove
 from .claims import attempts_since_reset, describe_error, persistence
 from .conf import settings
 from .dispatch import redispatch
@@ -131,6 +133,26 @@ class Send:
     task_id: str
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A move a batch decided on: what the report counts if it is made, and whether the
+    job is sent again then (under the new task id the move records)."""
+
+    job: Job
+    move: BatchMove
+    action: str
+    resend: bool = False
+
+
+@dataclass
+class Batch:
+    """What one locked batch decided: moves made together in its transaction, then the
+    messages sent after it commits."""
+
+    moves: list[Planned] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
+
+
 @dataclass
 class Pass:
     """One recovery pass over one database."""
@@ -139,7 +161,7 @@ class Pass:
     now: datetime
     report: Report = field(default_factory=Report)
 
-    def lost_message(self, job: Job, sends: list[Send]) -> None:
+    def lost_message(self, job: Job, batch: Batch) -> None:
         """Send a PENDING job again; the count and the new task id go in the same write."""
         if not _resendable(job):
             self._skip(job, "no stored arguments to send")
@@ -150,10 +172,10 @@ class Pass:
                   f"message presumed lost, re-dispatch {job.dispatch_count + 1}")
         if self.backend.mark_redispatched(job.id, job.attempt, job.dispatch_count,
                                           task_id=task_id, now=self.now, reason=reason):
-            sends.append(Send(job, task_id))
+            batch.sends.append(Send(job, task_id))
             self.report.add("redispatched", job.task_name)
 
-    def stale_claim(self, job: Job, sends: list[Send]) -> None:
+    def stale_claim(self, job: Job, batch: Batch) -> None:
         """Release, dead-letter or park the claim of a worker that is presumed dead."""
         task = registered_task(job.task_name)
         if not isinstance(task, IdempotentTask):
@@ -164,24 +186,33 @@ class Pass:
         lost = (f"stale claim: attempt {job.attempt} by {job.worker or 'unknown worker'}, "
                 f"lease expired at {job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}")
         if task.on_stale_claim == "uncertain":
-            self._move(job, "uncertain", f"{lost}; the task must not re-run blindly",
+            self._plan(batch, job, "uncertain", f"{lost}; the task must not re-run blindly",
                        {"lease_expires_at": None})
         elif self._attempts_exhausted(job, task.effective_max_attempts()):
             error = StoredFailure(f"DeadLettered: attempt {job.attempt} lost its worker and "
                                   f"max_attempts {task.effective_max_attempts()} is reached")
-            self._move(job, "dead_lettered", "dead-lettered", {
+            self._plan(batch, job, "dead_lettered", f"dead-lettered: {lost}", {
                 "lease_expires_at": None, "finished_at": self.now,
-                "error": describe_error(error)}, detail=lost)
+                "error": describe_error(error)})
         elif not _resendable(job):
             # Back to PENDING all the same: a redelivered message can claim it at once.
-            self._move(job, "released", f"{lost}; not sent again: no stored arguments",
+            self._plan(batch, job, "released", f"{lost}; not sent again: no stored arguments",
                        {"lease_expires_at": None, "worker": ""}, action="skipped")
         else:
-            task_id = uuid()
-            if self._move(job, "released", lost, {
-                    "lease_expires_at": None, "worker": "", "task_id": task_id,
-                    "dispatch_count": job.dispatch_count + 1}):
-                sends.append(Send(job, task_id))
+            self._plan(batch, job, "released", lost, {
+                "lease_expires_at": None, "worker": "", "task_id": uuid(),
+                "dispatch_count": job.dispatch_count + 1}, resend=True)
+
+    def apply(self, batch: Batch) -> None:
+        """Make the batch's moves; count those that matched and queue their messages."""
+        if not batch.moves:
+            return
+        moved = self.backend.transition_batch([p.move for p in batch.moves], self.now)
+        for planned in batch.moves:
+            if planned.move.job_id in moved:
+                self.report.add(planned.action, planned.job.task_name)
+                if planned.resend:
+                    batch.sends.append(Send(planned.job, planned.move.values["task_id"]))
 
     def send(self, item: Send) -> None:
         try:
@@ -196,16 +227,12 @@ class Pass:
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _move(self, job: Job, event: str, reason: str, values: dict[str, object], *,
-              action: str | None = None, detail: str = "") -> bool:
-        moved = self.backend.transition(
-            job.id, event, State.RUNNING, attempt=job.attempt, values=values, now=self.now,
-            worker=job.worker, task_id=job.task_id,
-            reason=f"{reason}: {detail}" if detail else reason,
-        )
-        if moved:
-            self.report.add(action or event, job.task_name)
-        return moved
+    def _plan(self, batch: Batch, job: Job, event: str, reason: str,
+              values: dict[str, object], *, action: str | None = None,
+              resend: bool = False) -> None:
+        move = BatchMove(job.id, event, State.RUNNING, job.attempt, values,
+                         worker=job.worker, task_id=job.task_id, reason=reason)
+        batch.moves.append(Planned(job, move, action or event, resend))
 
     def _attempts_exhausted(self, job: Job, limit: int) -> bool:
         # Only at the limit is the history read: a reset job starts a fresh budget.
@@ -255,15 +282,16 @@ def reap(*, now: datetime | None = None, using: str | None = None,
 
 
 def _sweep(run: Pass, condition: Q, limit: int,
-           handle: Callable[[Job, list[Send]], None]) -> None:
+           handle: Callable[[Job, Batch], None]) -> None:
     """Walk the rows matching ``condition`` by id, one locked batch at a time."""
     after = 0
     while True:
-        sends: list[Send] = []
+        batch = Batch()
         with run.backend.locked_batch(condition, after, limit) as jobs:
             for job in jobs:
-                handle(job, sends)
-        for item in sends:  # committed: the messages may leave now
+                handle(job, batch)
+            run.apply(batch)
+        for item in batch.sends:  # committed: the messages may leave now
             run.send(item)
         if len(jobs) < limit:
             return

@@ -93,6 +93,21 @@ ROW_COLUMNS = ("id", "state", "attempt", "fingerprint", "task_id", "lease_expire
 
 
 @dataclass(frozen=True)
+class BatchMove:
+    """One conditional move of a batch: ``event`` from ``from_state`` while the job holds
+    ``attempt``, setting ``values``; ``worker``, ``task_id`` and ``reason`` go in history."""
+
+    job_id: int
+    event: str
+    from_state: State
+    attempt: int
+    values: dict[str, Any]
+    worker: str = ""
+    task_id: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class ClaimOutcome:
     """``won``: the claimant now holds ``row.attempt``. Else ``row`` is what stood in the way
     (None: no row, which cannot last since claim inserts one)."""
@@ -146,6 +161,10 @@ class Backend(Protocol):
         with ``id > after_id``, by id, locked against concurrent recovery passes (rows
         another pass holds are skipped where the database can). Transitions made inside
         the block commit with it."""
+
+    def transition_batch(self, moves: list[BatchMove], now: datetime) -> set[int]:
+        """Make each move as ``transition`` would, as few statements as the database
+        allows; return the ids of the jobs that moved."""
 
     def mark_redispatched(self, job_id: int, attempt: int, dispatch_count: int, *,
                           task_id: str, now: datetime, reason: str) -> bool:

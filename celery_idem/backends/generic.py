@@ -21,6 +21,7 @@ from ..signals import announce
 from ..states import State
 from .base import (
     ROW_COLUMNS,
+    BatchMove,
     Claimant,
     ClaimOutcome,
     Intent,
@@ -180,6 +181,14 @@ class GenericBackend:
                 # of both acting on the same rows.
                 self._jobs().filter(id=-1).update(updated_at=F("updated_at"))
             yield list(jobs[:limit])
+
+    def transition_batch(self, moves: list[BatchMove], now: datetime) -> set[int]:
+        return {
+            m.job_id for m in moves
+            if self.transition(m.job_id, m.event, m.from_state, attempt=m.attempt,
+                               values=m.values, now=now, worker=m.worker, task_id=m.task_id,
+                               reason=m.reason)
+        }
 
     def mark_redispatched(self, job_id: int, attempt: int, dispatch_count: int, *,
                           task_id: str, now: datetime, reason: str) -> bool:

@@ -24,6 +24,7 @@ from ..states import State
 from .base import (
     JSON_COLUMNS,
     ROW_COLUMNS,
+    BatchMove,
     Claimant,
     ClaimOutcome,
     Intent,
@@ -133,6 +134,31 @@ WITH moved AS (
 )
 SELECT attempt FROM moved
 """
+
+# -- many moves of one kind in one statement (recovery): per-row values come as arrays --
+TRANSITION_BATCH = """
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(workers)s::text[],
+                         %(task_ids)s::text[], %(reasons)s::text[]{arrays})
+        AS v (id, attempt, h_worker, h_task_id, h_reason{names})
+), moved AS (
+    UPDATE {job} AS j SET state = %(to_state)s, updated_at = %(now)s{sets}
+    FROM v WHERE j.id = v.id AND j.state = %(from_state)s AND j.attempt = v.attempt
+    RETURNING j.id, j.attempt, v.h_worker, v.h_task_id, v.h_reason
+), hist AS (
+    INSERT INTO {history} {columns}
+    SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, h_worker, h_task_id,
+           h_reason, '', %(now)s
+    FROM moved
+)
+SELECT id, attempt, h_worker, h_task_id, h_reason FROM moved
+"""
+#: The SQL type of each column a move may set, for the arrays of a batch.
+_COLUMN_TYPES = {
+    "result": "jsonb", "error": "jsonb", "lease_expires_at": "timestamptz",
+    "not_before": "timestamptz", "finished_at": "timestamptz", "started_at": "timestamptz",
+    "worker": "text", "task_id": "text", "dispatch_count": "integer",
+}
 
 RECORD = f"""
 INSERT INTO {HISTORY} {_HISTORY_COLUMNS}
@@ -297,6 +323,33 @@ class PostgreSQLBackend:
         announce(self.alias, job_id, event, from_state, target, rows[0][0], worker, task_id,
                  reason, actor)
         return True
+
+    def transition_batch(self, moves: list[BatchMove], now: datetime) -> set[int]:
+        groups: dict[tuple[str, State, tuple[str, ...]], list[BatchMove]] = {}
+        for m in moves:
+            groups.setdefault((m.event, m.from_state, tuple(sorted(m.values))), []).append(m)
+        moved: set[int] = set()
+        for (event, from_state, columns), group in groups.items():
+            target = checked_target(event, from_state, group[0].values)
+            sql = TRANSITION_BATCH.format(
+                job=JOB, history=HISTORY, columns=_HISTORY_COLUMNS,
+                arrays="".join(f", %(v_{c})s::{_COLUMN_TYPES[c]}[]" for c in columns),
+                names="".join(f", v_{c}" for c in columns),
+                sets="".join(f", {c} = v.v_{c}" for c in columns),
+            )
+            params = {
+                "event": event, "from_state": from_state.value, "to_state": target.value,
+                "now": now, "ids": [m.job_id for m in group],
+                "attempts": [m.attempt for m in group], "workers": [m.worker for m in group],
+                "task_ids": [m.task_id for m in group], "reasons": [m.reason for m in group],
+                **{f"v_{c}": [_json(m.values[c]) if c in JSON_COLUMNS else m.values[c]
+                              for m in group] for c in columns},
+            }
+            for job_id, attempt, worker, task_id, reason in self._fetch(sql, params):
+                moved.add(job_id)
+                announce(self.alias, job_id, event, from_state, target, attempt, worker,
+                         task_id, reason)
+        return moved
 
     def record(
         self, job_id: int, event: str, state: State, attempt: int, *, now: datetime,

@@ -12,6 +12,11 @@ from celery_idem.backends.base import Intent
 from celery_idem.backends.generic import GenericBackend
 
 
+#: Tests of SQL that only PostgreSQL runs; they run in the postgres tiers.
+POSTGRES_ONLY = ["test_claim_plan.py"]
+collect_ignore = POSTGRES_ONLY if settings.DATABASE_KIND != "postgres" else []
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend_kind" in metafunc.fixturenames:
         kinds = ["generic"] if settings.DATABASE_KIND == "sqlite" else ["native", "generic"]

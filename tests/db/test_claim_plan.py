@@ -11,18 +11,13 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from celery_idem import states
 from celery_idem.backends import postgresql
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(settings.DATABASE_KIND != "postgres",
-                       reason="the native SQL runs on PostgreSQL only"),
-]
+pytestmark = pytest.mark.django_db(transaction=True)  # PostgreSQL only: see conftest
 
 
 #: Indexes that find a job by its key (the unique constraint, or the key alone).

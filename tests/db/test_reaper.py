@@ -13,6 +13,8 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from celery_idem import IdempotentTask, claims, dispatch, reaper
+from celery_idem.backends.base import BatchMove
+from celery_idem.errors import InvalidTransition
 from celery_idem.models import Job, Transition
 from celery_idem.publishing import write_intent
 from celery_idem.states import State
@@ -314,3 +316,44 @@ def test_two_concurrent_passes_release_each_stale_claim_once(backend, sent):
     assert sum(r.total("released") for r in reports) == 120
     assert len(sent) == 120 and len({key for key, _ in sent}) == 120
     assert Transition.objects.filter(event="released").count() == 120
+
+
+class TestTransitionBatch:
+    """The backend step behind a batch: each move conditional, with its history row."""
+
+    def test_matching_moves_are_made_and_a_fenced_one_is_not(self, backend):
+        with freeze_time(T0):
+            running = [claim(publish(n=n), task_id=f"t-{n}") for n in range(3)]
+        ids = [c.job_id for c in running]
+        moves = [
+            BatchMove(ids[0], "released", State.RUNNING, 1,
+                      {"lease_expires_at": None, "worker": "", "task_id": "new-0",
+                       "dispatch_count": 1}, worker="host/1", task_id="t-0", reason="lost 0"),
+            # attempt 7 no longer holds the claim: this one must not move
+            BatchMove(ids[1], "released", State.RUNNING, 7,
+                      {"lease_expires_at": None, "worker": "", "task_id": "new-1",
+                       "dispatch_count": 1}, reason="lost 1"),
+            BatchMove(ids[2], "dead_lettered", State.RUNNING, 1,
+                      {"lease_expires_at": None, "finished_at": timezone.now(),
+                       "error": {"type": "DeadLettered", "message": "é"}}, reason="dead"),
+        ]
+        assert backend.transition_batch(moves, timezone.now()) == {ids[0], ids[2]}
+        jobs = {j.id: j for j in Job.objects.all()}
+        assert (jobs[ids[0]].state, jobs[ids[0]].task_id, jobs[ids[0]].dispatch_count,
+                jobs[ids[0]].worker) == (State.PENDING, "new-0", 1, "")
+        assert jobs[ids[1]].state == State.RUNNING and jobs[ids[1]].task_id == "t-1"
+        assert jobs[ids[2]].state == State.FAILED
+        assert jobs[ids[2]].error == {"type": "DeadLettered", "message": "é"}
+        released = Transition.objects.get(job_id=ids[0], event="released")
+        assert (released.from_state, released.to_state, released.attempt, released.worker,
+                released.task_id, released.reason) == \
+            ("RUNNING", "PENDING", 1, "host/1", "t-0", "lost 0")
+        assert not Transition.objects.filter(job_id=ids[1], event="released").exists()
+        assert Transition.objects.get(job_id=ids[2], event="dead_lettered").reason == "dead"
+
+    def test_a_move_the_table_forbids_is_refused(self, backend):
+        with freeze_time(T0):
+            job_id = claim(publish()).job_id
+        with pytest.raises(InvalidTransition):
+            backend.transition_batch(
+                [BatchMove(job_id, "reset", State.RUNNING, 1, {})], timezone.now())
