@@ -11,7 +11,6 @@ from celery_idem.backends import get_backend
 from celery_idem.backends.base import Intent
 from celery_idem.backends.generic import GenericBackend
 
-
 #: Tests of SQL that only PostgreSQL runs; they run in the postgres tiers.
 POSTGRES_ONLY = ["test_claim_plan.py"]
 collect_ignore = POSTGRES_ONLY if settings.DATABASE_KIND != "postgres" else []
