@@ -97,8 +97,15 @@ def test_scaling(bench_env, tmp_path):
                "--batches", "1", "--stale", "10")
     assert [r["size"] for r in data["results"]] == [300, 600]
     assert data["results"][-1]["claim_explain"]["indexes"]
+    assert data["results"][-1]["recovery"]["stale_pass_sending_ms"] > 0
 
 
 def test_memory(bench_env, tmp_path):
     data = run(bench_env, tmp_path, "memory.py", "--n", "30")
     assert data["summary"]["idem"]["median_rss_after_total_kib"] > 0
+
+
+def test_filesystem_loss(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "filesystem_loss.py", "--n", "50", "--rounds", "1")
+    assert data["summary"]["celery_idem"] == {"sent": 50, "lost": 0}
+    assert data["summary"]["kombu"]["sent"] == 50
