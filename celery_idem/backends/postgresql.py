@@ -151,14 +151,8 @@ WITH v AS (
            h_reason, '', %(now)s
     FROM moved
 )
-SELECT id, attempt, h_worker, h_task_id, h_reason FROM moved
+SELECT id FROM moved
 """
-#: The SQL type of each column a move may set, for the arrays of a batch.
-_COLUMN_TYPES = {
-    "result": "jsonb", "error": "jsonb", "lease_expires_at": "timestamptz",
-    "not_before": "timestamptz", "finished_at": "timestamptz", "started_at": "timestamptz",
-    "worker": "text", "task_id": "text", "dispatch_count": "integer",
-}
 
 RECORD = f"""
 INSERT INTO {HISTORY} {_HISTORY_COLUMNS}
@@ -206,6 +200,11 @@ SELECT name FROM names WHERE name IS NOT NULL LIMIT %(limit)s
 
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
+
+
+def _param(column: str, value: Any) -> Any:
+    """A value for a job column as the driver should send it (JSON columns as text)."""
+    return _json(value) if column in JSON_COLUMNS else value
 
 
 def _intent_params(intent: Intent) -> dict[str, Any]:
@@ -315,7 +314,7 @@ class PostgreSQLBackend:
             "id": job_id, "event": event, "from_state": from_state.value,
             "to_state": target.value, "attempt": attempt, "now": now, "worker": worker,
             "task_id": task_id, "reason": reason, "actor": actor,
-            **{f"v_{col}": _json(v) if col in JSON_COLUMNS else v for col, v in values.items()},
+            **{f"v_{col}": _param(col, v) for col, v in values.items()},
         }
         rows = self._fetch(sql, params)
         if not rows:
@@ -328,12 +327,14 @@ class PostgreSQLBackend:
         groups: dict[tuple[str, State, tuple[str, ...]], list[BatchMove]] = {}
         for m in moves:
             groups.setdefault((m.event, m.from_state, tuple(sorted(m.values))), []).append(m)
+        db = connections[self.alias]
         moved: set[int] = set()
         for (event, from_state, columns), group in groups.items():
             target = checked_target(event, from_state, group[0].values)
+            types = {c: Job._meta.get_field(c).db_type(db) for c in columns}
             sql = TRANSITION_BATCH.format(
                 job=JOB, history=HISTORY, columns=_HISTORY_COLUMNS,
-                arrays="".join(f", %(v_{c})s::{_COLUMN_TYPES[c]}[]" for c in columns),
+                arrays="".join(f", %(v_{c})s::{types[c]}[]" for c in columns),
                 names="".join(f", v_{c}" for c in columns),
                 sets="".join(f", {c} = v.v_{c}" for c in columns),
             )
@@ -342,13 +343,14 @@ class PostgreSQLBackend:
                 "now": now, "ids": [m.job_id for m in group],
                 "attempts": [m.attempt for m in group], "workers": [m.worker for m in group],
                 "task_ids": [m.task_id for m in group], "reasons": [m.reason for m in group],
-                **{f"v_{c}": [_json(m.values[c]) if c in JSON_COLUMNS else m.values[c]
-                              for m in group] for c in columns},
+                **{f"v_{c}": [_param(c, m.values[c]) for m in group] for c in columns},
             }
-            for job_id, attempt, worker, task_id, reason in self._fetch(sql, params):
-                moved.add(job_id)
-                announce(self.alias, job_id, event, from_state, target, attempt, worker,
-                         task_id, reason)
+            matched = {job_id for (job_id,) in self._fetch(sql, params)}
+            for m in group:
+                if m.job_id in matched:
+                    announce(self.alias, m.job_id, event, from_state, target, m.attempt,
+                             m.worker, m.task_id, m.reason)
+            moved |= matched
         return moved
 
     def record(
