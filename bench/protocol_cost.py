@@ -141,7 +141,7 @@ def run_task(task: Any, args: tuple[Any, ...], key: str | None = None,
     from celery.app.trace import build_tracer
 
     from bench.worker_app import app
-    from celery_idem.task import HEADER
+    from celery_idem.producer import KEY_HEADER as HEADER
 
     tracer = _tracers.get(task.name)
     if tracer is None:
@@ -258,7 +258,7 @@ def _beyond_body(d: dict[str, Any], body: int = 1) -> dict[str, Any]:
 
 def reaper_paths(tag: str) -> dict[str, Any]:
     try:
-        from celery_idem.reaper import reap
+        from celery_idem.recovery import reap
     except ImportError as exc:
         return {"recovery pass": {"pending": f"celery_idem.reaper not importable: {exc}"}}
     from django.db import connection
@@ -364,7 +364,7 @@ def loop_raw_same(conn: Any, template: list[tuple[str, dict[str, Any]]],
             p["args"] = json.dumps(intent.args)
         row = cursor.execute(claim_sql, p, **opts).fetchone()
         assert row[0] is True, row
-        job_id, attempt = row[1], row[_ATTEMPT_POS]
+        job_id, attempt = row[_ID_POS], row[_ATTEMPT_POS]
         q = dict(commit_p)
         q.update(id=job_id, attempt=attempt, now=now, task_id=p["task_id"])
         if "v_finished_at" in q:
@@ -404,6 +404,7 @@ def loop_raw_replay(conn: Any, template: list[tuple[str, dict[str, Any]]],
 
 
 _ATTEMPT_POS = 0
+_ID_POS = 0
 
 
 def loop_raw_minimal(conn: Any, intents: list[Any]) -> float:
@@ -480,11 +481,13 @@ def patched(fn: Any, names: tuple[str, ...] = ("prepared", "rodup", "dedfix")) -
 
 
 def timings(iterations: int, rounds: int) -> dict[str, Any]:
-    global _ATTEMPT_POS
+    global _ATTEMPT_POS, _ID_POS
     from celery_idem.backends.base import ROW_COLUMNS
     from django_app.effects import bench_tasks as t
 
-    _ATTEMPT_POS = 1 + list(ROW_COLUMNS).index("attempt")
+    # A claim row is (won, recorded, *ROW_COLUMNS).
+    _ATTEMPT_POS = 2 + list(ROW_COLUMNS).index("attempt")
+    _ID_POS = 2 + list(ROW_COLUMNS).index("id")
     assert ROW_COLUMNS[0] == "id"
     samples: dict[str, list[float]] = {}
     conn = _raw_conn()

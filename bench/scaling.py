@@ -12,7 +12,7 @@ succeeded), then ``VACUUM ANALYZE``. At each size:
   random bulk-loaded keys). ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim statement shows
   which index it uses.
 - ``recovery pass``: ``--stale`` bulk-loaded jobs turned into stale claims (RUNNING,
-  lease expired), then one ``celery_idem.reaper.reap()`` pass, timed (it releases them and
+  lease expired), then one ``celery_idem.recovery.reap()`` pass, timed (it releases them and
   sends them again to a throwaway Redis queue, deleted afterwards); plus an idle pass
   with nothing to do, and the plans of the pass's queries.
 - ``admin``: the job changelist (``/admin/celery_idem/job/``) rendered by Django's test
@@ -217,7 +217,7 @@ def _plan_summary(lines: list[str]) -> dict[str, Any]:
 
 def recovery(stale: int, sample_keys: list[str]) -> dict[str, Any]:
     try:
-        from celery_idem.reaper import reap
+        from celery_idem.recovery import reap
     except ImportError as exc:
         return {"pending": f"celery_idem.reaper not importable: {exc}"}
     from datetime import UTC, datetime
@@ -246,7 +246,7 @@ def recovery(stale: int, sample_keys: list[str]) -> dict[str, Any]:
             " lease_expires_at = now() - interval '1 minute', result = NULL, finished_at = NULL,"
             " updated_at = now() WHERE key = ANY(%s)", [sample_keys[:stale]])
         marked = cursor.rowcount
-    from celery_idem import reaper
+    from celery_idem.recovery import sweep as reaper
 
     sending = []
     send = reaper.redispatch

@@ -148,17 +148,20 @@ def _patch_prepared() -> Callable[[], None]:
 
 def _patch_readonly_replay() -> Callable[[], None]:
     """A replay of a finished key writes no ``duplicate`` history line, so its statement
-    writes nothing and its commit needs no WAL flush (the log line and signal stay)."""
+    writes nothing and its commit needs no WAL flush (the log line and signal stay).
+    The move table says whether a move records; the claim statement renders from it."""
+    import dataclasses
+
+    from celery_idem import states
     from celery_idem.backends import postgresql
 
-    sql = postgresql.CLAIM
-    start = sql.find("), dup AS (")
-    end = sql.find(")\nSELECT true", start)
-    if start >= 0 and end >= 0:  # else the library no longer writes that line
-        postgresql.CLAIM = sql[:start] + sql[end:]
+    original = states.MOVES["duplicate"]
+    states.MOVES["duplicate"] = dataclasses.replace(original, recorded=False)
+    postgresql.claim_sql.cache_clear()
 
     def undo() -> None:
-        postgresql.CLAIM = sql
+        states.MOVES["duplicate"] = original
+        postgresql.claim_sql.cache_clear()
 
     return undo
 

@@ -19,10 +19,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import states
-from .backends import get_backend
+from .backends import Change, get_backend
 from .conf import settings
-from .dispatch import redispatch
 from .models import Job
+from .recovery.handback import plan, registered_task
+from .recovery.resend import redispatch
 from .states import State
 
 logger = logging.getLogger(__name__)
@@ -69,21 +70,23 @@ def _alias(job: Job) -> str:
     return job._state.db or settings.DATABASE
 
 
-def _move(job: Job, event: str, *, actor: str, reason: str, attempt: int | None,
-          values: dict[str, Any]) -> Outcome:
-    """Write move ``event`` from the state the operator saw; refresh ``job`` when it won."""
-    if job.state not in states.sources(event):
+def _write(job: Job, change: Change) -> Outcome:
+    """Make ``change`` as the operator saw the job; refresh ``job`` when it won."""
+    if not states.applies(change.event, job.state):
         return Outcome.WRONG_STATE
     alias = _alias(job)
-    won = get_backend(alias).transition(
-        job.pk, event, State(job.state), attempt=job.attempt if attempt is None else attempt,
-        values=values, now=timezone.now(), reason=reason, actor=actor,
-        task_id=values.get("task_id", ""),
-    )
-    if not won:
+    if not get_backend(alias).apply(change, timezone.now()):
         return Outcome.RACED
     job.refresh_from_db(using=alias)
     return Outcome.DONE
+
+
+def _move(job: Job, event: str, *, actor: str, reason: str, attempt: int | None,
+          values: dict[str, Any]) -> Outcome:
+    """Write move ``event`` from the state and attempt the operator saw."""
+    return _write(job, Change(
+        job.pk, event, State(job.state), attempt=job.attempt if attempt is None else attempt,
+        values=values, reason=reason, actor=actor, task_id=values.get("task_id", "")))
 
 
 def _dispatch_values(job: Job) -> dict[str, Any]:
@@ -130,7 +133,7 @@ def retry(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
     Returns:
         The ActionResult; on DONE, the previous error's summary is in the history.
     """
-    if job.args is None and job.kwargs is None and job.state in states.sources("reset"):
+    if job.args is None and job.kwargs is None and states.applies("reset", job.state):
         return ActionResult(job, Outcome.NOT_STORED)
     previous = ""
     if job.error:
@@ -149,19 +152,22 @@ def retry(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
 
 def release(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
             dispatch: bool = True) -> ActionResult:
-    """Release a RUNNING job's claim: back to PENDING, and send its task again.
+    """Hand back a RUNNING job's claim, and send its task again.
 
-    The attempt that held the claim is fenced out: if its worker is still alive, its
-    commit will not match and is recorded as a late finish. Pass the ``attempt`` the
-    operator confirmed, so a newer claim taken meanwhile is not released by mistake.
+    The claim goes back by the rule every lost claim follows (``recovery.handback``):
+    PENDING, or UNCERTAIN for a task that must not re-run blindly, or dead-lettered once
+    its attempts are used up. The attempt that held the claim is fenced out: if its
+    worker is still alive, its commit will not match and is recorded as a late finish.
+    Pass the ``attempt`` the operator confirmed, so a newer claim taken meanwhile is not
+    released by mistake.
     """
-    values: dict[str, Any] = {"lease_expires_at": None}
-    if dispatch:
-        values.update(_dispatch_values(job))
-    outcome = _move(job, "released", actor=actor, attempt=attempt,
-                    reason=_reason("released by an operator", note), values=values)
-    result = ActionResult(job, outcome)
-    if result.done and dispatch:
+    if not states.applies("released", job.state):
+        return ActionResult(job, Outcome.WRONG_STATE)
+    handback = plan(get_backend(_alias(job)), job, registered_task(job.task_name),
+                    _reason("released by an operator", note), resend=dispatch, actor=actor,
+                    attempt=attempt)
+    result = ActionResult(job, _write(job, handback.change))
+    if result.done and handback.resend:
         _send_after_commit(result)
     return result
 
@@ -181,11 +187,6 @@ def resolve(job: Job, *, actor: str, note: str, attempt: int | None = None) -> A
     return ActionResult(job, outcome)
 
 
-#: States a job may be forgotten in. A RUNNING job's worker still writes to its row:
-#: release it first.
-FORGETTABLE = frozenset({State.PENDING, State.SUCCEEDED, State.FAILED, State.UNCERTAIN})
-
-
 def forget(job: Job, *, actor: str, note: str = "", attempt: int | None = None) -> ActionResult:
     """Delete a job with its history and checkpoints, so its key can run again.
 
@@ -193,7 +194,7 @@ def forget(job: Job, *, actor: str, note: str = "", attempt: int | None = None) 
     ``celery_idem.actions``, action ``forgotten``); the admin also writes a LogEntry.
     The row is deleted only if it is still in the state and attempt the operator saw.
     """
-    if job.state not in FORGETTABLE:
+    if job.state not in states.FORGETTABLE:
         return ActionResult(job, Outcome.WRONG_STATE)
     alias = _alias(job)
     seen = job.attempt if attempt is None else attempt

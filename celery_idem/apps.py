@@ -13,6 +13,14 @@ class CeleryIdemConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import hooks
+        # Strong references (weak=False): the receivers are module-level functions that
+        # live as long as the process; each side effect has exactly one trigger.
+        from celery import signals
 
-        hooks.connect()
+        from .producer import on_before_task_publish
+        from .recovery.worker import on_worker_shutdown
+
+        signals.before_task_publish.connect(
+            on_before_task_publish, weak=False, dispatch_uid="celery_idem.publish")
+        signals.worker_shutdown.connect(
+            on_worker_shutdown, weak=False, dispatch_uid="celery_idem.worker_shutdown")

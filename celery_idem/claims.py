@@ -1,12 +1,17 @@
-"""A won claim: the attempt number that fences every write its holder makes.
+"""The claim decision, and the won claim whose attempt fences every write its holder makes.
 
-``acquire`` asks the backend for the claim; the ``Claim`` it returns commits the outcome
-(succeeded, failed, retry scheduled, released) only while its attempt still owns the key.
+``acquire`` is the one place that decides how a worker gets a key: claim it from
+PENDING, insert it when the intent is missing, take it over when the lease of the
+attempt holding it expired, or give up and say what stood in the way (a finished key to
+replay, a live claim, other arguments). The backend only executes each move.
+The ``Claim`` it returns commits the outcome (succeeded, failed, retry scheduled,
+released) only while its attempt still owns the key.
 Database errors surface as PersistenceError with the driver's error as the cause.
 """
 
 from __future__ import annotations
 
+import enum
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +22,8 @@ from typing import Any
 from django.db import DatabaseError
 from django.utils import timezone
 
-from .backends import Backend, Claimant, ClaimOutcome, Intent, get_backend
+from . import states
+from .backends import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow, get_backend
 from .errors import ClaimLost, PersistenceError
 from .states import State
 
@@ -58,34 +64,30 @@ class Claim:
     lease_seconds: float
 
     def _move(self, event: str, reason: str = "", **values: Any) -> bool:
+        change = Change(self.job_id, event, State.RUNNING, attempt=self.attempt,
+                        values=values, worker=self.worker, task_id=self.task_id,
+                        reason=reason)
         with persistence():
-            return self.backend.transition(
-                self.job_id, event, State.RUNNING, attempt=self.attempt, values=values,
-                now=timezone.now(), worker=self.worker, task_id=self.task_id, reason=reason,
-            )
+            return self.backend.apply(change, timezone.now())
 
     def _late(self, what: str) -> None:
         """Record that this fenced-out attempt finished anyway; the newer attempt stands."""
-        with persistence():
-            self.backend.record(
-                self.job_id, "late_finish", State.RUNNING, self.attempt, now=timezone.now(),
-                worker=self.worker, task_id=self.task_id,
-                reason=f"attempt {self.attempt} {what} after losing its claim; not recorded",
-            )
+        self._move("late_finish",
+                   f"attempt {self.attempt} {what} after losing its claim; not recorded")
 
     def succeed(self, result: Any) -> bool:
         """Store ``result``. False (and a late_finish line) if a newer attempt owns the key."""
-        now = timezone.now()
-        if self._move("succeeded", result=result, finished_at=now, lease_expires_at=None):
+        if self._move("succeeded", result=result, finished_at=timezone.now(),
+                      lease_expires_at=None):
             return True
         self._late("succeeded")
         return False
 
     def fail(self, exc: BaseException, event: str = "failed", reason: str = "") -> bool:
         """Store the failure; the key stays FAILED until an operator resets it."""
-        now = timezone.now()
         if self._move(event, reason or f"{type(exc).__name__}: {exc}"[:500],
-                      error=describe_error(exc), finished_at=now, lease_expires_at=None):
+                      error=describe_error(exc), finished_at=timezone.now(),
+                      lease_expires_at=None):
             return True
         self._late("failed")
         return False
@@ -105,41 +107,52 @@ class Claim:
         Raises ClaimLost when a newer attempt owns the key: stop working, the effect of this
         attempt will not be recorded.
         """
-        now = timezone.now()
-        until = now + timedelta(seconds=seconds or self.lease_seconds)
-        with persistence():
-            alive = self.backend.heartbeat(self.job_id, self.attempt, until, now)
-        if not alive:
+        until = timezone.now() + timedelta(seconds=seconds or self.lease_seconds)
+        if not self._move("heartbeat", lease_expires_at=until):
             raise ClaimLost(f"attempt {self.attempt} of job {self.job_id} lost its claim")
         return until
 
+    def attempts(self) -> int:
+        """How many claims count against max_attempts, this one included."""
+        with persistence():
+            return self.backend.attempts_since_reset(self.job_id, self.attempt)
 
-#: Claims to try when the row looked claimable but the write did not match.
+
+class Next(enum.Enum):
+    """What a claim that did not win does next (``decide``)."""
+
+    CLAIM = "claimed"          # PENDING and claimable: a concurrent write got in; again
+    TAKE_OVER = "taken_over"   # RUNNING past its lease: the holder is presumed dead
+    INSERT = "insert"          # no row: the producer's intent is missing
+    GIVE_UP = "give_up"        # finished, live claim, held back, or other arguments
+
+
+#: The reasons the history gives for claims that are not plain.
+REASONS = {Next.TAKE_OVER: "the previous attempt's lease had expired",
+           Next.INSERT: "no intent was published"}
+
+#: Claims to try before giving up on a row that keeps changing under us.
 CLAIM_TRIES = 3
 
 
-def _raced(outcome: ClaimOutcome, intent: Intent, claimant: Claimant) -> bool:
-    """True when the claim lost only to a concurrent write, so trying again can tell.
+def decide(row: JobRow | None, intent: Intent, claimant: Claimant) -> Next:
+    """What to do about the row that a claim did not win.
 
-    On PostgreSQL a claim that waited for another transaction's row lock reports the row
-    as its statement's snapshot saw it (still PENDING); a new statement sees the outcome.
+    On PostgreSQL a claim that waited for another transaction's row lock reports the
+    row as its statement's snapshot saw it (still PENDING); a new statement sees the
+    outcome, hence CLAIM again.
     """
-    row = outcome.row
-    return (not outcome.won and row is not None and row.state is State.PENDING
-            and row.fingerprint == intent.fingerprint
-            and (row.not_before is None or row.not_before <= claimant.now
-                 or row.task_id == claimant.task_id))
-
-
-def attempts_since_reset(job_id: int, attempt: int, using: str) -> int:
-    """How many of the job's ``attempt`` claims count against max_attempts: those since an
-    operator last reset it (all of them if never). The attempt number is a fencing token
-    and never goes back, so a reset job gets a fresh budget this way."""
-    from .models import Transition
-
-    base = (Transition.objects.using(using).filter(job_id=job_id, event="reset")
-            .order_by("-id").values_list("attempt", flat=True).first())
-    return attempt - (base or 0)
+    if row is None:
+        return Next.INSERT
+    if row.fingerprint != intent.fingerprint:
+        return Next.GIVE_UP
+    if not states.claimable(row.not_before, row.task_id, claimant.now, claimant.task_id):
+        return Next.GIVE_UP
+    if row.state is State.PENDING:
+        return Next.CLAIM
+    if states.lease_expired(row.state, row.lease_expires_at, claimant.now):
+        return Next.TAKE_OVER
+    return Next.GIVE_UP
 
 
 def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
@@ -150,10 +163,17 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
     now = timezone.now()
     claimant = Claimant(worker, task_id, now, now + timedelta(seconds=lease_seconds))
     with persistence():
+        outcome = backend.claim(Next.CLAIM.value, intent, claimant)
         for _ in range(CLAIM_TRIES):
-            outcome = backend.claim(intent, claimant)
-            if not _raced(outcome, intent, claimant):
+            if outcome.won:
                 break
+            step = decide(outcome.row, intent, claimant)
+            if step is Next.GIVE_UP:
+                break
+            if step is Next.INSERT:
+                outcome = backend.claim_new(intent, claimant, REASONS[step])
+            else:
+                outcome = backend.claim(step.value, intent, claimant, REASONS.get(step, ""))
     if not outcome.won or outcome.row is None:
         return outcome, None
     return outcome, Claim(backend, outcome.row.id, outcome.row.attempt, worker, task_id,

@@ -31,7 +31,9 @@ PARTIAL_SUFFIX = ".part"
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu names this parameter ``message`` in its base class and ``payload`` in the
+    # filesystem one; no name satisfies both.
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         # The name is kombu's own, so ordering and the other methods are unchanged.
         name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
         path = os.path.join(self.data_folder_out, name)

@@ -8,25 +8,25 @@ from django.db import models
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from .states import State
+from .states import State, stale_q
 
 
 class JobQuerySet(models.QuerySet):
     def stale(self, now: datetime | None = None) -> JobQuerySet:
         """RUNNING jobs whose lease has expired: their worker is presumed dead."""
-        return self.filter(state=State.RUNNING, lease_expires_at__lt=now or timezone.now())
+        return self.filter(stale_q(now or timezone.now()))
 
     def dead_lettered(self) -> JobQuerySet:
         """FAILED jobs given up on after max_attempts (a ``dead_lettered`` history row)."""
-        return self.filter(_dead_letter_row(), state=State.FAILED)
+        return self.filter(self._dead_letter_row(), state=State.FAILED)
 
     def not_dead_lettered(self) -> JobQuerySet:
         """Every job but the dead-lettered ones."""
-        return self.exclude(_dead_letter_row(), state=State.FAILED)
+        return self.exclude(self._dead_letter_row(), state=State.FAILED)
 
-
-def _dead_letter_row() -> Exists:
-    # EXISTS rather than a join with DISTINCT: it keeps the newest-first index usable.
-    from .models import Transition
-
-    return Exists(Transition.objects.filter(job=OuterRef("pk"), event="dead_lettered"))
+    def _dead_letter_row(self) -> Exists:
+        # EXISTS rather than a join with DISTINCT: it keeps the newest-first index usable.
+        # The history model is reached through the relation, not imported: models.py
+        # imports this module.
+        history = self.model._meta.get_field("transitions").related_model
+        return Exists(history.objects.filter(job=OuterRef("pk"), event="dead_lettered"))

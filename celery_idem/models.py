@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .keys import KEY_MAX_LENGTH
 from .managers import JobQuerySet
-from .states import State
+from .states import STATE_CHOICES, State
 
 # CheckConstraint's ``check`` became ``condition`` in Django 5.1 and went away in 6.0.
 _CHECK_KWARG = "condition" if django.VERSION >= (5, 1) else "check"
@@ -34,7 +34,7 @@ class Job(models.Model):
 
     # Claim: who runs it now, fenced by the attempt number.
     state = models.CharField(
-        _("state"), max_length=16, choices=State.choices, default=State.PENDING
+        _("state"), max_length=16, choices=STATE_CHOICES, default=State.PENDING
     )
     attempt = models.PositiveIntegerField(
         _("attempt"), default=0, help_text=_("incremented by every claim; the fencing token")
@@ -69,7 +69,7 @@ class Job(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["namespace", "key"], name="celery_idem_job_key_uniq"),
             models.CheckConstraint(
-                **{_CHECK_KWARG: models.Q(state__in=State.values)},
+                **{_CHECK_KWARG: models.Q(state__in=[s.value for s in State])},
                 name="celery_idem_job_state_valid",
             ),
         ]
@@ -96,9 +96,9 @@ class Transition(models.Model):
     )
     event = models.CharField(_("event"), max_length=32)
     from_state = models.CharField(
-        _("from"), max_length=16, choices=State.choices, null=True, blank=True
+        _("from"), max_length=16, choices=STATE_CHOICES, null=True, blank=True
     )
-    to_state = models.CharField(_("to"), max_length=16, choices=State.choices)
+    to_state = models.CharField(_("to"), max_length=16, choices=STATE_CHOICES)
     attempt = models.PositiveIntegerField(_("attempt"))
     worker = models.CharField(_("worker"), max_length=255, blank=True, default="")
     task_id = models.CharField(_("Celery task id"), max_length=255, blank=True, default="")

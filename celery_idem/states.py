@@ -1,64 +1,145 @@
-"""The job state machine, as data.
+"""The job state machine, as data: every move with its guard and what it writes.
 
-``MOVES`` is the one table of allowed transitions. Every write to a job's state names a
-move from it; the backends turn the move's sources into the ``WHERE state IN (...)`` guard
-of a conditional UPDATE, so a write that the table does not allow cannot be expressed,
-and a write that matches no row lost a race and says so.
+``MOVES`` is the one table of allowed writes. A move names the states it starts from,
+the state it ends in (None: the state stays as it is), the row conditions that guard it
+(``Guard``), whether it is fenced by the attempt its writer holds, the columns it may
+set, and whether it appends a history row. The backends render a move as a conditional
+statement (SQL on PostgreSQL, ORM filters elsewhere) and refuse what the table does not
+allow (``backends.base.Backend``); nothing else writes a job row.
+
+The predicates a guard stands for ("claimable", "lease expired") are defined here once,
+for Python (``lease_expired``) and for querysets (``stale_q``); the PostgreSQL backend's
+SQL renders the same guard flags (``backends/postgresql.sql``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import enum
+from dataclasses import dataclass
+from datetime import datetime
 
-from django.db import models
+from django.db.models import Q
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from .errors import InvalidTransition
 
 
-class State(models.TextChoices):
-    PENDING = "PENDING", _("Pending")
-    RUNNING = "RUNNING", _("Running")
-    SUCCEEDED = "SUCCEEDED", _("Succeeded")
-    FAILED = "FAILED", _("Failed")
-    UNCERTAIN = "UNCERTAIN", _("Uncertain")
+class State(enum.StrEnum):
+    """A job's state. A plain string enum (not Django's TextChoices), so type checkers
+    know its members; ``STATE_CHOICES`` gives the model field its choices."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    UNCERTAIN = "UNCERTAIN"
+
+    @property
+    def label(self) -> Promise:
+        """The state's name for people, translated."""
+        return _LABELS[self]
 
 
-class Move(NamedTuple):
-    """An allowed transition: from any of ``sources`` (None: no row yet) to ``target``.
+_LABELS: dict[State, Promise] = {
+    State.PENDING: _("Pending"), State.RUNNING: _("Running"),
+    State.SUCCEEDED: _("Succeeded"), State.FAILED: _("Failed"),
+    State.UNCERTAIN: _("Uncertain"),
+}
+#: The model field's choices.
+STATE_CHOICES = [(state.value, _LABELS[state]) for state in State]
 
-    A move whose target is None changes no state: it is only recorded in the history
-    (a duplicate replayed, a fenced-out attempt finishing late).
-    """
 
+class Guard(enum.Flag):
+    """Row conditions a move needs besides its source state."""
+
+    NONE = 0
+    #: The row holds the attempt the writer holds (the fencing token).
+    FENCED = enum.auto()
+    #: The row's arguments have the caller's fingerprint.
+    SAME_ARGUMENTS = enum.auto()
+    #: Not scheduled for later: no not-before, or it passed, or the claimant is the
+    #: scheduled message itself (same task id).
+    CLAIMABLE = enum.auto()
+    #: A RUNNING row's lease has expired: its worker is presumed dead.
+    LEASE_EXPIRED = enum.auto()
+    #: The dispatch count is the one the writer saw (of two recovery passes, one wins).
+    SAME_DISPATCH = enum.auto()
+
+
+@dataclass(frozen=True)
+class Move:
+    """One allowed write. See the module docstring."""
+
+    event: str
     sources: frozenset[State | None]
     target: State | None
+    guard: Guard
+    sets: frozenset[str]
+    label: Promise
+    #: Whether the move appends a row to the job's history.
+    recorded: bool = True
 
+    def starts_from(self, state: State | None) -> bool:
+        return state in self.sources
 
-def _move(sources: set[State | None], target: State | None) -> Move:
-    return Move(frozenset(sources), target)
+    def source_values(self) -> list[str]:
+        """The source states by value, sorted (for a ``state IN (...)`` guard)."""
+        return sorted(s.value for s in self.sources if s is not None)
 
 
 P, R, S, F, U = State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.UNCERTAIN
+_ALL = frozenset(State)
 
-#: Every allowed transition, by the event name that the history records.
-MOVES: dict[str, Move] = {
-    "published": _move({None}, P),  # the producer wrote the intent
-    "claimed": _move({P, None}, R),  # a worker won the claim (None: the intent was missing)
-    "taken_over": _move({R}, R),  # a claim whose lease had expired was taken by a new attempt
-    "succeeded": _move({R}, S),
-    "failed": _move({R}, F),
-    "retry_scheduled": _move({R}, P),  # self.retry / autoretry: claim again later
-    "released": _move({R}, P),  # stale claim, worker lost, revoked, or an operator
-    "dead_lettered": _move({R, P}, F),  # attempts reached max_attempts
-    "uncertain": _move({R}, U),  # lost mid-run, and the task must not re-run blindly
-    "reset": _move({F, U}, P),  # an operator retries a failed or uncertain job
-    "resolved": _move({U}, S),  # an operator marks an uncertain job succeeded
-    "duplicate": _move({S, F}, None),  # a duplicate message replayed the outcome
-    "late_finish": _move({P, R, S, F, U}, None),  # a fenced-out attempt finished late
-    "redispatched": _move({P}, None),  # recovery sent a PENDING job's message again
-    "attempt_lost": _move({P}, None),  # a worker died before its claim committed (atomic)
-}
+#: What a claim writes (the attempt is incremented, not set).
+CLAIM_COLUMNS = frozenset({"attempt", "worker", "task_id", "lease_expires_at", "not_before",
+                           "started_at"})
+#: What the producer writes with the intent.
+INTENT_COLUMNS = frozenset({"namespace", "key", "task_name", "args", "kwargs", "fingerprint",
+                            "options", "task_id", "created_at"})
+_ENDS = frozenset({"finished_at", "lease_expires_at"})
+#: What a move that sends the job's message again writes besides its own columns.
+RESEND_COLUMNS = frozenset({"task_id", "dispatch_count"})
+
+
+def _m(event: str, sources: set[State | None] | frozenset[State | None],
+       target: State | None, guard: Guard, sets: set[str] | frozenset[str], label: Promise,
+       recorded: bool = True) -> Move:
+    return Move(event, frozenset(sources), target, guard, frozenset(sets), label, recorded)
+
+
+_FENCED, _NONE = Guard.FENCED, Guard.NONE
+
+#: Every allowed write, by the event name the history records.
+MOVES: dict[str, Move] = {m.event: m for m in [
+    _m("published", {None}, P, _NONE, INTENT_COLUMNS, _("published")),
+    # A worker won the claim; from None when the producer's intent is missing.
+    _m("claimed", {P, None}, R, Guard.SAME_ARGUMENTS | Guard.CLAIMABLE,
+       CLAIM_COLUMNS | INTENT_COLUMNS, _("claimed")),
+    _m("taken_over", {R}, R, Guard.SAME_ARGUMENTS | Guard.CLAIMABLE | Guard.LEASE_EXPIRED,
+       CLAIM_COLUMNS, _("taken over")),
+    _m("heartbeat", {R}, R, _FENCED, {"lease_expires_at"}, _("lease extended"),
+       recorded=False),
+    _m("succeeded", {R}, S, _FENCED, _ENDS | {"result"}, _("succeeded")),
+    _m("failed", {R}, F, _FENCED, _ENDS | {"error"}, _("failed")),
+    _m("retry_scheduled", {R}, P, _FENCED, {"not_before", "lease_expires_at"},
+       _("retry scheduled")),
+    # Stale claim, worker lost, worker shut down, or an operator.
+    _m("released", {R}, P, _FENCED, {"lease_expires_at", "worker"} | RESEND_COLUMNS,
+       _("released")),
+    _m("dead_lettered", {R, P}, F, _FENCED, _ENDS | {"error"}, _("dead-lettered")),
+    # Lost mid-run, and the task must not re-run blindly: an operator decides.
+    _m("uncertain", {R}, U, _FENCED, {"lease_expires_at", "worker"}, _("outcome uncertain")),
+    _m("reset", {F, U}, P, _FENCED,
+       _ENDS | {"error", "not_before"} | RESEND_COLUMNS, _("reset by an operator")),
+    _m("resolved", {U}, S, _FENCED, _ENDS | {"error"}, _("resolved by an operator")),
+    # History only: the state stays.
+    _m("duplicate", {S, F}, None, Guard.SAME_ARGUMENTS, set(), _("duplicate replayed")),
+    _m("late_finish", _ALL, None, _NONE, set(), _("late finish ignored")),
+    _m("redispatched", {P}, None, _FENCED | Guard.SAME_DISPATCH, RESEND_COLUMNS,
+       _("sent again")),
+    _m("attempt_lost", {P}, None, _FENCED, set(), _("attempt lost")),
+]}
 
 #: Allowed (from, to) pairs, derived from MOVES.
 TRANSITIONS: dict[State | None, frozenset[State]] = {
@@ -70,25 +151,93 @@ TRANSITIONS: dict[State | None, frozenset[State]] = {
 
 #: States whose outcome a duplicate replays instead of running.
 FINISHED: frozenset[State] = frozenset({S, F})
+#: States an operator may forget a job in: a RUNNING job's worker still writes to its
+#: row, so its claim is released first.
+FORGETTABLE: frozenset[State] = _ALL - {R}
 
 
-def move(name: str) -> Move:
-    """Return the move called ``name``; an unknown name is a programming error."""
+def move(event: str) -> Move:
+    """The move called ``event``; an unknown name is a programming error."""
     try:
-        return MOVES[name]
+        return MOVES[event]
     except KeyError:
-        raise InvalidTransition(f"no move named {name!r}") from None
+        raise InvalidTransition(f"no move named {event!r}") from None
+
+
+def applies(event: str, state: State | str | None) -> bool:
+    """Whether move ``event`` may start from ``state`` (admin buttons, command choices)."""
+    return (State(state) if state is not None else None) in move(event).sources
 
 
 def check(source: State | str | None, target: State | str | None) -> None:
-    """Raise InvalidTransition unless the table allows ``source`` -> ``target``."""
-    src = State(source) if source is not None else None
+    """Raise InvalidTransition unless some move goes from ``source`` to ``target``."""
     if target is None:
         return
+    src = State(source) if source is not None else None
     if State(target) not in TRANSITIONS[src]:
         raise InvalidTransition(f"transition {src} -> {target} is not allowed")
 
 
-def sources(name: str) -> list[str]:
-    """The states a row must be in for the move called ``name`` (for a WHERE guard)."""
-    return sorted(s.value for s in move(name).sources if s is not None)
+# -- the predicates behind the guards ----------------------------------------------------
+
+def lease_expired(state: str, lease_expires_at: datetime | None, now: datetime) -> bool:
+    """RUNNING past its lease: the worker that holds the claim is presumed dead."""
+    return state == R and lease_expires_at is not None and lease_expires_at < now
+
+
+def stale_q(now: datetime) -> Q:
+    """``lease_expired`` as a queryset filter."""
+    return Q(state=R, lease_expires_at__lt=now)
+
+
+def live_q(now: datetime) -> Q:
+    """RUNNING within its lease."""
+    return Q(state=R, lease_expires_at__gte=now)
+
+
+def claimable(not_before: datetime | None, task_id: str, now: datetime,
+              claimant_task_id: str) -> bool:
+    """Not held back by a retry scheduled for later, unless the claimant is that retry."""
+    return not_before is None or not_before <= now or task_id == claimant_task_id
+
+
+def claimable_q(now: datetime, claimant_task_id: str) -> Q:
+    """``claimable`` as a queryset filter."""
+    return Q(not_before__isnull=True) | Q(not_before__lte=now) | Q(task_id=claimant_task_id)
+
+
+def guard_q(move: Move, *, now: datetime, attempt: int | None = None,
+            fingerprint: str = "", task_id: str = "", dispatch_count: int | None = None) -> Q:
+    """The row conditions of ``move`` as a queryset filter (the portable rendering)."""
+    q = Q()
+    if Guard.FENCED in move.guard:
+        q &= Q(attempt=attempt)
+    if Guard.SAME_ARGUMENTS in move.guard:
+        q &= Q(fingerprint=fingerprint)
+    if Guard.CLAIMABLE in move.guard:
+        q &= claimable_q(now, task_id)
+    if Guard.LEASE_EXPIRED in move.guard:
+        q &= stale_q(now)
+    if Guard.SAME_DISPATCH in move.guard:
+        q &= Q(dispatch_count=dispatch_count)
+    return q
+
+
+# -- the table as documentation (docs/architecture.md, checked by a test) -----------------
+
+def markdown_table() -> str:
+    """The move table rendered as Markdown."""
+    def name(state: State | None) -> str:
+        return "(none)" if state is None else state.value
+
+    lines = ["| event | from | to | guard | writes | history |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for m in MOVES.values():
+        sources = ", ".join(sorted(name(s) for s in m.sources))
+        target = "(unchanged)" if m.target is None else m.target.value
+        guard = ", ".join(g.name.lower() for g in Guard if g and g in m.guard
+                          and g.name is not None) or "-"
+        lines.append(f"| {m.event} | {sources} | {target} | {guard} | "
+                     f"{', '.join(sorted(m.sets)) or '-'} | {'yes' if m.recorded else 'no'} |")
+    return "\n".join(lines) + "\n"
+

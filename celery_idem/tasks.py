@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from . import reaper
+from .recovery import reap
 
 #: The registered name of the recovery task.
 RELEASE_STALE_CLAIMS = "celery_idem.release_stale_claims"
@@ -16,5 +16,5 @@ RELEASE_STALE_CLAIMS = "celery_idem.release_stale_claims"
 
 @shared_task(name=RELEASE_STALE_CLAIMS, ignore_result=False)
 def release_stale_claims() -> dict[str, dict[str, int]]:
-    """One recovery pass (celery_idem.reaper.reap); returns what it did, per task."""
-    return reaper.reap().as_dict()
+    """One recovery pass (celery_idem.recovery.reap); returns what it did, per task."""
+    return reap().as_dict()

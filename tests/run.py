@@ -1,7 +1,9 @@
 """Run the whole test suite, tier by tier: ``python3 tests/run.py``.
 
 On a fresh machine it first makes ``.venv`` and installs the project with its test
-extras. Tiers (pytest runs, each with its own database, broker and queue):
+extras. First the static checks (ruff, mypy on the library, ``makemigrations --check``),
+each counted as one test; then the tiers (pytest runs, each with its own database,
+broker and queue):
 
 1. sqlite: no services: unit tests, database tests on SQLite, the admin in a real
    browser, and real worker processes on kombu's filesystem transport.
@@ -47,6 +49,14 @@ TIERS = [
      ["postgres", "rabbitmq", "redis"]),
 ]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+#: The static checks: (name, command). Each fails the run when it fails.
+CHECKS = [
+    ("ruff", ["-m", "ruff", "check", "celery_idem", "tests", "bench", "django_app",
+              "example_project"]),
+    ("mypy", ["-m", "mypy"]),
+    ("migrations", ["-m", "django", "makemigrations", "--check", "--dry-run",
+                    "--settings=django_app.settings"]),
+]
 
 
 def _missing(services: list[str]) -> list[str]:
@@ -71,12 +81,27 @@ def _counts(junit: Path) -> tuple[int, int, int]:
     return tests - failed - skipped, failed, skipped
 
 
+def _checks(workdir: Path) -> tuple[int, int]:
+    """Run the static checks; (passed, failed)."""
+    passed = failed = 0
+    for name, args in CHECKS:
+        print(f"\n=== check {name} ===", flush=True)
+        env = {**os.environ, "IDEM_VAR_DIR": str(workdir / "checks")}
+        if subprocess.call([sys.executable, *args], cwd=ROOT, env=env) == 0:
+            passed += 1
+        else:
+            failed += 1
+            print(f"check {name} FAILED", flush=True)
+    return passed, failed
+
+
 def main(argv: list[str]) -> int:
     _bootstrap.ensure_venv("test,bench")
     run_id = uuid.uuid4().hex[:8]
     workdir = Path(tempfile.mkdtemp(prefix=f"celery-idem-{run_id}-"))
-    totals = [0, 0, 0]
-    exit_code = 0
+    passed, failed = _checks(workdir)
+    totals = [passed, failed, 0]
+    exit_code = 1 if failed else 0
     for name, env_extra, paths, services in TIERS:
         print(f"\n=== tier {name} ===", flush=True)
         missing = _missing(services)

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..backends import get_backend
-from ..states import State
+from ..states import State, live_q, stale_q
 
 #: Each state is counted up to this many jobs; the summary shows more as "10,000+".
 COUNT_LIMIT = 10_000
@@ -51,9 +51,9 @@ class ClaimFilter(admin.SimpleListFilter):
     def queryset(self, request: Any, queryset: Any) -> Any:
         now = timezone.now()
         if self.value() == "stale":
-            return queryset.stale(now)
+            return queryset.filter(stale_q(now))
         if self.value() == "live":
-            return queryset.filter(state=State.RUNNING, lease_expires_at__gte=now)
+            return queryset.filter(live_q(now))
         return queryset
 
 

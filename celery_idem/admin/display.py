@@ -15,7 +15,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from ..states import State
+from ..states import State, lease_expired
 
 
 def state_badge(value: str | None, *, stale: bool = False) -> SafeString:
@@ -107,9 +107,8 @@ def run_time(job: Any, now: datetime | None = None) -> str:
 
 
 def is_stale(job: Any, now: datetime | None = None) -> bool:
-    """RUNNING past its lease: the worker that holds the claim is presumed dead."""
-    return (job.state == State.RUNNING and job.lease_expires_at is not None
-            and job.lease_expires_at < (now or timezone.now()))
+    """RUNNING past its lease (``states.lease_expired``)."""
+    return lease_expired(job.state, job.lease_expires_at, now or timezone.now())
 
 
 def pretty_json(value: Any) -> SafeString | str:

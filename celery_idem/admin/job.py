@@ -20,10 +20,9 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from .. import actions as domain
+from .. import states
 from ..conf import settings
 from ..models import Job, Transition
-from ..states import State
 from . import display
 from .changelist import (
     ClaimFilter,
@@ -35,24 +34,8 @@ from .changelist import (
 )
 from .operations import OperatorActions
 
-#: How the history names each event.
-EVENT_LABELS = {
-    "published": gettext_lazy("published"),
-    "claimed": gettext_lazy("claimed"),
-    "taken_over": gettext_lazy("taken over"),
-    "succeeded": gettext_lazy("succeeded"),
-    "failed": gettext_lazy("failed"),
-    "retry_scheduled": gettext_lazy("retry scheduled"),
-    "released": gettext_lazy("released"),
-    "dead_lettered": gettext_lazy("dead-lettered"),
-    "uncertain": gettext_lazy("outcome uncertain"),
-    "reset": gettext_lazy("reset by an operator"),
-    "resolved": gettext_lazy("resolved by an operator"),
-    "duplicate": gettext_lazy("duplicate replayed"),
-    "late_finish": gettext_lazy("late finish ignored"),
-    "redispatched": gettext_lazy("sent again"),
-    "attempt_lost": gettext_lazy("attempt lost"),
-}
+#: How the history names each event: the move table's labels.
+EVENT_LABELS = {event: move.label for event, move in states.MOVES.items()}
 
 
 def _moment(field: str, label: Any) -> Any:
@@ -65,7 +48,7 @@ def _moment(field: str, label: Any) -> Any:
     return show
 
 
-class JobAdmin(OperatorActions, admin.ModelAdmin):
+class JobAdmin(OperatorActions):
     list_display = ("key_column", "task_name", "state_column", "attempt", "worker_column",
                     "age_column", "duration_column", "updated_column")
     list_display_links = ("key_column",)
@@ -244,13 +227,14 @@ class JobAdmin(OperatorActions, admin.ModelAdmin):
     def _detail_actions(self, request: HttpRequest, job: Job) -> list[dict[str, Any]]:
         """The action buttons the detail page offers for ``job`` to this user."""
         offered = [
-            ("retry_selected", _("Retry"), job.state in (State.FAILED, State.UNCERTAIN)
-             and self.has_retry_permission(request)),
-            ("resolve_selected", _("Resolve…"), job.state == State.UNCERTAIN
-             and self.has_resolve_permission(request)),
-            ("release_selected", _("Release claim…"), job.state == State.RUNNING
-             and self.has_release_permission(request)),
-            ("forget_selected", _("Forget…"), job.state in domain.FORGETTABLE
-             and self.has_forget_permission(request)),
+            ("retry_selected", _("Retry"), "reset", self.has_retry_permission(request)),
+            ("resolve_selected", _("Resolve…"), "resolved",
+             self.has_resolve_permission(request)),
+            ("release_selected", _("Release claim…"), "released",
+             self.has_release_permission(request)),
         ]
-        return [{"name": name, "label": label} for name, label, ok in offered if ok]
+        buttons = [(name, label) for name, label, event, allowed in offered
+                   if allowed and states.applies(event, job.state)]
+        if job.state in states.FORGETTABLE and self.has_forget_permission(request):
+            buttons.append(("forget_selected", _("Forget…")))
+        return [{"name": name, "label": label} for name, label in buttons]

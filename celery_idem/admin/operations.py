@@ -10,7 +10,7 @@ The detail page's buttons post to these same actions, with ``next`` to come back
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin import helpers
@@ -25,6 +25,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .. import actions as domain
+from .. import states
 from ..conf import settings
 from ..models import Checkpoint, Job, Transition
 from ..states import State
@@ -35,14 +36,8 @@ from . import messages as texts
 MAX_ACTION_JOBS = 500
 
 
-if TYPE_CHECKING:
-    _Base = admin.ModelAdmin
-else:
-    _Base = object
-
-
-class OperatorActions(_Base):
-    """Mixed into the job ModelAdmin, before ``admin.ModelAdmin``."""
+class OperatorActions(admin.ModelAdmin):
+    """The operator actions of a ModelAdmin; ``JobAdmin`` derives from it."""
 
     actions = ("retry_selected", "release_selected", "resolve_selected", "forget_selected")
 
@@ -144,8 +139,8 @@ class OperatorActions(_Base):
             return None
         if request.POST.get("post") != "yes":
             now = timezone.now()
-            rows = [{"job": job, "applies": job.state == State.RUNNING,
-                     "stale": display.is_stale(job, now),
+            rows = [{"job": job, "applies": states.applies("released", job.state),
+                     "stale": states.lease_expired(job.state, job.lease_expires_at, now),
                      "lease": display.lease(job.lease_expires_at, now)} for job in jobs]
             return self._confirm(request, rows, "release_selected", _("Release claims"))
         seen, dispatch = self._seen(request), request.POST.get("dispatch") == "on"
@@ -173,7 +168,7 @@ class OperatorActions(_Base):
                 raise PermissionDenied
             elif decision in ("succeeded", "retry"):
                 return self._resolve(request, jobs, decision, note)
-        rows = [{"job": job, "applies": job.state == State.UNCERTAIN} for job in jobs]
+        rows = [{"job": job, "applies": states.applies("resolved", job.state)} for job in jobs]
         return self._confirm(request, rows, "resolve_selected", _("Resolve uncertain jobs"),
                              can_retry=can_retry, error=error, note=note)
 
@@ -205,7 +200,7 @@ class OperatorActions(_Base):
                            .values_list("job").annotate(n=Count("pk")))
             steps = dict(Checkpoint.objects.using(settings.DATABASE).filter(job__in=ids)
                          .values_list("job").annotate(n=Count("pk")))
-            rows = [{"job": job, "applies": job.state in domain.FORGETTABLE,
+            rows = [{"job": job, "applies": job.state in states.FORGETTABLE,
                      "transitions": history.get(job.pk, 0), "checkpoints": steps.get(job.pk, 0)}
                     for job in jobs]
             return self._confirm(request, rows, "forget_selected", _("Forget jobs"))
@@ -234,7 +229,7 @@ class OperatorActions(_Base):
             from django.contrib.contenttypes.models import ContentType
 
             content_type = ContentType.objects.get_for_model(result.job, for_concrete_model=False)
-            LogEntry.objects.log_action(  # type: ignore[attr-defined]
+            LogEntry.objects.log_action(
                 user_id, content_type.pk, result.job.pk, str(result.job), DELETION, message)
 
     def _confirm(self, request: HttpRequest, rows: list[dict[str, Any]], action: str,

@@ -1,4 +1,8 @@
-"""Pick the job-store backend for a database alias by its vendor."""
+"""Pick the job-store backend for a database alias by its vendor.
+
+Everything in celery-idem reaches the job store through ``get_backend``, so one switch
+(``celery_idem.testing.use_backend``) changes it for the whole library.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,15 @@ from functools import cache
 
 from django.db import connections
 
-from .base import Backend, Claimant, ClaimOutcome, Intent, JobRow
+from .base import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow
 
-__all__ = ["Backend", "ClaimOutcome", "Claimant", "Intent", "JobRow", "get_backend"]
+__all__ = ["Backend", "Change", "ClaimOutcome", "Claimant", "Intent", "JobRow", "get_backend",
+           "override"]
+
+#: A backend that replaces every other one (celery_idem.testing.use_backend).
+_override: list[Backend] = []
 
 
-@cache
 def get_backend(alias: str, dedicated: bool = False) -> Backend:
     """The backend for ``alias``: one-statement SQL on PostgreSQL, the ORM elsewhere.
 
@@ -19,6 +26,13 @@ def get_backend(alias: str, dedicated: bool = False) -> Backend:
     (``celery_idem.connection``) instead of Django's; only for autocommitted writes that
     need not share a transaction with the caller. Ignored on other databases.
     """
+    if _override:
+        return _override[-1]
+    return _native(alias, dedicated)
+
+
+@cache
+def _native(alias: str, dedicated: bool) -> Backend:
     if connections[alias].vendor == "postgresql":
         from .postgresql import PostgreSQLBackend
 
@@ -26,3 +40,11 @@ def get_backend(alias: str, dedicated: bool = False) -> Backend:
     from .generic import GenericBackend
 
     return GenericBackend(alias)
+
+
+def override(backend: Backend | None) -> None:
+    """Make ``backend`` the one every caller gets (None: drop the last override)."""
+    if backend is None:
+        _override.pop()
+    else:
+        _override.append(backend)

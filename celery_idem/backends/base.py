@@ -1,48 +1,35 @@
-"""What a job-store backend does, and the values that cross its boundary.
+"""The job store: what every backend does, and the values that cross its boundary.
 
-A backend performs each protocol step as one conditional write that also appends the
-history row, and reports honestly whether the write matched. The PostgreSQL backend does
-each step in one round trip; the generic one uses the ORM and works on any database.
+``Backend`` holds the rules once. Each public method names a move of the state machine
+(``celery_idem.states.MOVES``), refuses a write the table does not allow (wrong source
+state, a column the move may not set, a fenced move without its attempt), asks the
+subclass to render the move as one conditional write on its database, and announces
+what was written (``celery_idem.signals.announce``). Subclasses only render: the
+PostgreSQL backend as SQL statements (one round trip per step), the generic one through
+the ORM, ``celery_idem.testing.InMemoryBackend`` in a dict. None of them decides.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .. import states
 from ..errors import InvalidTransition
-from ..states import State
+from ..signals import announce
+from ..states import Move, State
 
 if TYPE_CHECKING:
     from django.db.models import Q
 
     from ..models import Job
 
-#: Job columns a transition may set besides ``state`` and ``updated_at``.
-SETTABLE = frozenset(
-    {"result", "error", "lease_expires_at", "not_before", "finished_at", "worker", "task_id",
-     "dispatch_count", "started_at"}
-)
+#: Columns whose values are JSON.
 JSON_COLUMNS = frozenset({"result", "error", "args", "kwargs", "options"})
-
-
-def checked_target(event: str, from_state: State, values: dict[str, Any]) -> State:
-    """The target of move ``event`` from ``from_state``; raise if the table forbids it."""
-    move = states.move(event)
-    if from_state not in move.sources or move.target is None:
-        raise InvalidTransition(f"move {event!r} does not start from {from_state}")
-    unknown = set(values) - SETTABLE
-    if unknown:
-        raise InvalidTransition(f"move {event!r} cannot set {sorted(unknown)}")
-    return move.target
-
-
-def claim_reason(event: str) -> str:
-    """The history reason of a claim move."""
-    return "the previous attempt's lease had expired" if event == "taken_over" else ""
 
 
 @dataclass(frozen=True)
@@ -81,45 +68,89 @@ class JobRow:
     not_before: datetime | None = None
     result: Any = None
     error: dict[str, Any] | None = None
+    args: list[Any] | None = None
+    kwargs: dict[str, Any] | None = None
 
     @classmethod
-    def from_values(cls, values: dict[str, Any]) -> JobRow:
+    def from_values(cls, values: Mapping[str, Any]) -> JobRow:
         return cls(**{**values, "state": State(values["state"])})
 
 
 #: Columns of JobRow, in order, for SELECT lists.
 ROW_COLUMNS = ("id", "state", "attempt", "fingerprint", "task_id", "lease_expires_at",
-               "not_before", "result", "error")
-
-
-@dataclass(frozen=True)
-class BatchMove:
-    """One conditional move of a batch: ``event`` from ``from_state`` while the job holds
-    ``attempt``, setting ``values``; ``worker``, ``task_id`` and ``reason`` go in history."""
-
-    job_id: int
-    event: str
-    from_state: State
-    attempt: int
-    values: dict[str, Any]
-    worker: str = ""
-    task_id: str = ""
-    reason: str = ""
+               "not_before", "result", "error", "args", "kwargs")
 
 
 @dataclass(frozen=True)
 class ClaimOutcome:
-    """``won``: the claimant now holds ``row.attempt``. Else ``row`` is what stood in the way
-    (None: no row, which cannot last since claim inserts one)."""
+    """``won``: the claimant now holds ``row.attempt``. Else ``row`` is what stood in the
+    way (None: no row yet). ``recorded``: a lost claim appended the ``duplicate`` line."""
 
     won: bool
     row: JobRow | None
+    recorded: bool = False
 
 
-class Backend(Protocol):
-    """The job store. Every method is one protocol step on the backend's database alias."""
+@dataclass(frozen=True)
+class Change:
+    """One move asked of a known job: ``event`` from ``from_state``, setting ``values``.
 
-    alias: str
+    The guard values the move needs come with it: ``attempt`` for a fenced move (the
+    attempt the writer holds), ``fingerprint`` and ``dispatch_count`` where the move is
+    guarded by them. ``worker``, ``task_id``, ``reason`` and ``actor`` go in the history.
+    ``attempt`` is also the history's attempt for a move that does not change the row.
+    """
+
+    job_id: int
+    event: str
+    from_state: State | None
+    attempt: int | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+    worker: str = ""
+    task_id: str = ""
+    reason: str = ""
+    actor: str = ""
+    fingerprint: str = ""
+    dispatch_count: int | None = None
+
+    @property
+    def move(self) -> Move:
+        return states.move(self.event)
+
+    @property
+    def to_state(self) -> State:
+        target = self.move.target or self.from_state
+        assert target is not None, "a move from no row has a target"
+        return target
+
+
+def check_change(change: Change) -> Move:
+    """The move of ``change``, if the table allows it as asked; else InvalidTransition."""
+    m = change.move
+    if not m.starts_from(change.from_state):
+        raise InvalidTransition(f"move {m.event!r} does not start from {change.from_state}")
+    unknown = set(change.values) - m.sets
+    if unknown:
+        raise InvalidTransition(f"move {m.event!r} cannot set {sorted(unknown)}")
+    if states.Guard.FENCED in m.guard and change.attempt is None:
+        raise InvalidTransition(f"move {m.event!r} is fenced: it needs the attempt")
+    if states.Guard.SAME_DISPATCH in m.guard and change.dispatch_count is None:
+        raise InvalidTransition(f"move {m.event!r} needs the dispatch count it saw")
+    return m
+
+
+#: The claim moves, and the move a lost claim records when the key is already finished.
+CLAIM_MOVES = frozenset({"claimed", "taken_over"})
+DUPLICATE = "duplicate"
+
+
+class Backend(ABC):
+    """The job store on one database alias. See the module docstring."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    # -- the protocol's steps ----------------------------------------------------------
 
     def publish(self, intent: Intent, task_id: str, now: datetime) -> ClaimOutcome:
         """Insert the PENDING intent unless the key exists.
@@ -128,52 +159,113 @@ class Backend(Protocol):
         its fingerprint), or None in the rare race where a concurrent insert is not yet
         visible; the claim resolves that.
         """
+        outcome = self._insert(states.move("published"), intent, now, task_id=task_id)
+        if outcome.won and outcome.row is not None:
+            announce(self.alias, outcome.row.id, "published", None, State.PENDING, 0,
+                     task_id=task_id)
+        return outcome
 
-    def claim(self, intent: Intent, claimant: Claimant) -> ClaimOutcome:
-        """Claim the key: PENDING (or no row) -> RUNNING with attempt + 1; RUNNING whose
-        lease expired -> RUNNING with attempt + 1. A lost claim on a finished key records a
-        ``duplicate`` history row and returns the row to replay."""
+    def claim(self, event: str, intent: Intent, claimant: Claimant,
+              reason: str = "") -> ClaimOutcome:
+        """Make the claim move ``event`` on ``intent``'s key: from PENDING (``claimed``) or
+        from a RUNNING row whose lease expired (``taken_over``), attempt + 1.
 
-    def transition(
-        self, job_id: int, event: str, from_state: State, *, attempt: int | None,
-        values: dict[str, Any], now: datetime, worker: str = "", task_id: str = "",
-        reason: str = "", actor: str = "",
-    ) -> bool:
-        """Move job ``job_id`` by the move ``event`` if it is in ``from_state`` (and holds
-        ``attempt`` when given), setting ``values``; append the history row. Returns
-        whether the row matched."""
+        A claim that loses to a finished row with the same arguments records the
+        ``duplicate`` line in the same write. ``claimed`` on a missing row inserts it
+        already RUNNING (the producer's intent is missing).
+        """
+        if event not in CLAIM_MOVES:
+            raise InvalidTransition(f"{event!r} is not a claim")
+        m = states.move(event)
+        source = next(s for s in m.sources if s is not None)
+        outcome = self._claim(m, source, intent, claimant, reason)
+        row = outcome.row
+        if outcome.won and row is not None:
+            announce(self.alias, row.id, event, source, State.RUNNING, row.attempt,
+                     claimant.worker, claimant.task_id, reason)
+        elif outcome.recorded and row is not None and states.move(DUPLICATE).recorded:
+            announce(self.alias, row.id, DUPLICATE, row.state, row.state, row.attempt,
+                     claimant.worker, claimant.task_id, DUPLICATE_REASON)
+        return outcome
 
-    def record(
-        self, job_id: int, event: str, state: State, attempt: int, *, now: datetime,
-        worker: str = "", task_id: str = "", reason: str = "",
-    ) -> None:
-        """Append a history row that changes no state."""
+    def claim_new(self, intent: Intent, claimant: Claimant, reason: str) -> ClaimOutcome:
+        """Insert the key's row already claimed (attempt 1), unless it exists (then the
+        existing row comes back, not won)."""
+        outcome = self._insert(states.move("claimed"), intent, claimant.now,
+                               task_id=claimant.task_id, claimant=claimant, reason=reason)
+        if outcome.won and outcome.row is not None:
+            announce(self.alias, outcome.row.id, "claimed", None, State.RUNNING, 1,
+                     claimant.worker, claimant.task_id, reason)
+        return outcome
 
-    def heartbeat(self, job_id: int, attempt: int, lease_expires_at: datetime,
-                  now: datetime) -> bool:
-        """Extend the lease of attempt ``attempt``; False if it no longer holds the claim."""
+    def apply(self, change: Change, now: datetime) -> bool:
+        """Make ``change`` if its row still matches the move's guard; append its history
+        line. Returns whether the row matched (False: it lost a race)."""
+        m = check_change(change)
+        attempt = self._apply(change, m, now)
+        if attempt is None:
+            return False
+        if m.recorded:
+            self._announce(change, attempt)
+        return True
 
-    # -- recovery (celery_idem.reaper) -------------------------------------------------
+    def apply_batch(self, changes: list[Change], now: datetime) -> set[int]:
+        """Make each change as ``apply`` would, in as few statements as the database
+        allows (recovery); return the ids of the jobs that moved."""
+        for change in changes:
+            if check_change(change).guard & ~states.Guard.FENCED:
+                raise InvalidTransition(f"move {change.event!r} cannot be batched")
+        moved = self._apply_batch(changes, now) if changes else set()
+        for change in changes:
+            if change.job_id in moved and change.move.recorded:
+                self._announce(change, change.attempt or 0)
+        return moved
 
+    def _announce(self, change: Change, attempt: int) -> None:
+        announce(self.alias, change.job_id, change.event, change.from_state, change.to_state,
+                 attempt, change.worker, change.task_id, change.reason, change.actor)
+
+    # -- what a subclass renders ---------------------------------------------------------
+
+    @abstractmethod
+    def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
+                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
+        """Insert the key's row in ``move.target`` (claimed by ``claimant`` when given)
+        with its history line, unless the key exists: then return the existing row."""
+
+    @abstractmethod
+    def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
+               reason: str) -> ClaimOutcome:
+        """The conditional claim of the key's row from ``source`` under ``move.guard``;
+        lost to a row that the ``duplicate`` move's guard accepts, record that line."""
+
+    @abstractmethod
+    def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
+        """Make ``change`` under ``move``'s guard; the row's attempt if it matched."""
+
+    def _apply_batch(self, changes: list[Change], now: datetime) -> set[int]:
+        return {c.job_id for c in changes if self._apply(c, c.move, now) is not None}
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @abstractmethod
     def locked_batch(self, condition: Q, after_id: int,
                      limit: int) -> AbstractContextManager[list[Job]]:
         """Open one short transaction and yield up to ``limit`` jobs matching ``condition``
         with ``id > after_id``, by id, locked against concurrent recovery passes (rows
-        another pass holds are skipped where the database can). Transitions made inside
+        another pass holds are skipped where the database can). Changes applied inside
         the block commit with it."""
 
-    def transition_batch(self, moves: list[BatchMove], now: datetime) -> set[int]:
-        """Make each move as ``transition`` would, as few statements as the database
-        allows; return the ids of the jobs that moved."""
+    @abstractmethod
+    def attempts_since_reset(self, job_id: int, attempt: int) -> int:
+        """How many of the job's ``attempt`` claims count against max_attempts: those
+        since an operator last reset it (all of them if never). The attempt number is a
+        fencing token and never goes back, so a reset job gets a fresh budget this way."""
 
-    def mark_redispatched(self, job_id: int, attempt: int, dispatch_count: int, *,
-                          task_id: str, now: datetime, reason: str) -> bool:
-        """Record that PENDING job ``job_id`` was sent again as ``task_id``: bump its
-        dispatch count and append a ``redispatched`` history row. False if the row moved
-        on meanwhile (claimed, or re-sent by another pass: ``attempt`` and
-        ``dispatch_count`` no longer match)."""
-
-    # -- the admin ---------------------------------------------------------------------
-
+    @abstractmethod
     def task_names(self, limit: int) -> list[str]:
         """The distinct task names of the jobs, in order, at most ``limit``."""
+
+
+#: The history reason of a lost claim on a finished key.
+DUPLICATE_REASON = "replayed the stored outcome"

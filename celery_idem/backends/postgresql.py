@@ -1,16 +1,20 @@
-"""The PostgreSQL backend: each protocol step is one statement, one round trip.
+"""The PostgreSQL backend: each move rendered as one statement, one round trip.
 
-Data-modifying CTEs let one statement do the conditional write, append its history row
-and, when the write did not match, return the row that stood in the way. All the SQL that
-only PostgreSQL runs lives in this module; ``generic.py`` is the portable fallback.
+The statements are named queries in ``postgresql.sql`` beside this module; this module
+fills in the parts a move decides (its guard, the columns it sets, whether it records)
+and runs them, on Django's connection or on the worker's bookkeeping connection
+(``celery_idem.connection``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from django.db import connections, transaction
@@ -19,183 +23,89 @@ from django.db.models import Q
 from .. import states
 from ..connection import bookkeeping_connection
 from ..models import Job, Transition
-from ..signals import announce
-from ..states import State
+from ..states import Guard, Move, State
 from .base import (
+    DUPLICATE,
+    DUPLICATE_REASON,
     JSON_COLUMNS,
     ROW_COLUMNS,
-    BatchMove,
+    Backend,
+    Change,
     Claimant,
     ClaimOutcome,
     Intent,
     JobRow,
-    checked_target,
-    claim_reason,
 )
 
-JOB = Job._meta.db_table
-HISTORY = Transition._meta.db_table
-_HISTORY_COLUMNS = (
-    "(job_id, event, from_state, to_state, attempt, worker, task_id, reason, actor, at)")
-_ROW = ", ".join(ROW_COLUMNS)
 
-# -- publish: insert the intent unless the key exists; else return the existing row --
-PUBLISH = f"""
-WITH ins AS (
-    INSERT INTO {JOB} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
-                       attempt, worker, task_id, dispatch_count, created_at, updated_at)
-    VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-            %(fingerprint)s, %(options)s::jsonb, 'PENDING', 0, '', %(task_id)s, 0,
-            %(now)s, %(now)s)
-    ON CONFLICT (namespace, key) DO NOTHING
-    RETURNING {_ROW}
-), hist AS (
-    INSERT INTO {HISTORY} {_HISTORY_COLUMNS}
-    SELECT id, 'published', NULL, 'PENDING', 0, '', %(task_id)s, '', '', %(now)s FROM ins
-)
-SELECT true, {_ROW} FROM ins
-UNION ALL
-SELECT false, {_ROW} FROM {JOB}
-WHERE namespace = %(namespace)s AND key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
-"""
-
-# -- claim: PENDING -> RUNNING (or expired RUNNING -> RUNNING), attempt + 1 ------------
-# A retry scheduled for later (not_before) is claimable early only by its own message.
-# When the claim does not match, the row as this statement's snapshot saw it comes back
-# instead; a finished row also gets its ``duplicate`` history line in the same trip.
-# The row is found by its unique key, then updated by primary key, and its state is
-# compared through an expression no index matches (``state || ''``). Otherwise, while
-# the statistics say PENDING rows are rare (after a burst of enqueues, until autoanalyze
-# runs), the planner prefers the (state, updated_at) index and one claim scans the whole
-# backlog for its key (tests/db/test_claim_plan.py).
-CLAIM = f"""
-WITH target AS (
-    SELECT id FROM {JOB} WHERE namespace = %(namespace)s AND key = %(key)s
-), claimed AS (
-    UPDATE {JOB}
-    SET state = 'RUNNING', attempt = attempt + 1, worker = %(worker)s, task_id = %(task_id)s,
-        lease_expires_at = %(lease)s, not_before = NULL, started_at = %(now)s,
-        updated_at = %(now)s
-    WHERE id = (SELECT id FROM target) AND fingerprint = %(fingerprint)s
-      AND state || '' = %(from_state)s
-      AND (state <> 'RUNNING' OR lease_expires_at < %(now)s)
-      AND (not_before IS NULL OR not_before <= %(now)s OR task_id = %(task_id)s)
-    RETURNING {_ROW}
-), hist AS (
-    INSERT INTO {HISTORY} {_HISTORY_COLUMNS}
-    SELECT id, %(event)s, %(from_state)s, 'RUNNING', attempt, %(worker)s, %(task_id)s,
-           %(reason)s, '', %(now)s
-    FROM claimed
-), dup AS (
-    INSERT INTO {HISTORY} {_HISTORY_COLUMNS}
-    SELECT id, 'duplicate', state, state, attempt, %(worker)s, %(task_id)s,
-           'replayed the stored outcome', '', %(now)s
-    FROM {JOB}
-    WHERE id = (SELECT id FROM target) AND fingerprint = %(fingerprint)s
-      AND state || '' = ANY(%(finished)s) AND NOT EXISTS (SELECT 1 FROM claimed)
-)
-SELECT true, {_ROW} FROM claimed
-UNION ALL
-SELECT false, {_ROW} FROM {JOB}
-WHERE id = (SELECT id FROM target) AND NOT EXISTS (SELECT 1 FROM claimed)
-"""
-
-# -- claim when the producer's intent is missing: insert the row already RUNNING -------
-CLAIM_NEW = f"""
-WITH ins AS (
-    INSERT INTO {JOB} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
-                       attempt, worker, task_id, lease_expires_at, dispatch_count,
-                       created_at, started_at, updated_at)
-    VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-            %(fingerprint)s, %(options)s::jsonb, 'RUNNING', 1, %(worker)s, %(task_id)s,
-            %(lease)s, 0, %(now)s, %(now)s, %(now)s)
-    ON CONFLICT (namespace, key) DO NOTHING
-    RETURNING {_ROW}
-), hist AS (
-    INSERT INTO {HISTORY} {_HISTORY_COLUMNS}
-    SELECT id, 'claimed', NULL, 'RUNNING', 1, %(worker)s, %(task_id)s,
-           'no intent was published', '', %(now)s
-    FROM ins
-)
-SELECT {_ROW} FROM ins
-"""
-
-# -- transition: a conditional move that appends its history row ----------------------
-TRANSITION = """
-WITH moved AS (
-    UPDATE {job} SET state = %(to_state)s, updated_at = %(now)s{sets}
-    WHERE id = %(id)s AND state = %(from_state)s{attempt_guard}
-    RETURNING id, attempt
-), hist AS (
-    INSERT INTO {history} {columns}
-    SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, %(worker)s, %(task_id)s,
-           %(reason)s, %(actor)s, %(now)s
-    FROM moved
-)
-SELECT attempt FROM moved
-"""
-
-# -- many moves of one kind in one statement (recovery): per-row values come as arrays --
-TRANSITION_BATCH = """
-WITH v AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(workers)s::text[],
-                         %(task_ids)s::text[], %(reasons)s::text[]{arrays})
-        AS v (id, attempt, h_worker, h_task_id, h_reason{names})
-), moved AS (
-    UPDATE {job} AS j SET state = %(to_state)s, updated_at = %(now)s{sets}
-    FROM v WHERE j.id = v.id AND j.state = %(from_state)s AND j.attempt = v.attempt
-    RETURNING j.id, j.attempt, v.h_worker, v.h_task_id, v.h_reason
-), hist AS (
-    INSERT INTO {history} {columns}
-    SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, h_worker, h_task_id,
-           h_reason, '', %(now)s
-    FROM moved
-)
-SELECT id FROM moved
-"""
-
-RECORD = f"""
-INSERT INTO {HISTORY} {_HISTORY_COLUMNS}
-VALUES (%(id)s, %(event)s, %(state)s, %(state)s, %(attempt)s, %(worker)s, %(task_id)s,
-        %(reason)s, '', %(now)s)
-"""
-
-HEARTBEAT = f"""
-UPDATE {JOB} SET lease_expires_at = %(lease)s, updated_at = %(now)s
-WHERE id = %(id)s AND state = 'RUNNING' AND attempt = %(attempt)s
-"""
+def load_queries(path: Path) -> dict[str, str]:
+    """The ``-- name: X`` blocks of ``path``, by name, with the table names filled in."""
+    queries: dict[str, str] = {}
+    name = None
+    for line in path.read_text().splitlines():
+        match = re.match(r"--\s*name:\s*(\w+)", line)
+        if match:
+            name = match.group(1)
+            queries[name] = ""
+        elif name is not None and not line.startswith("--"):
+            queries[name] += line + "\n"
+    tables = {"job": Job._meta.db_table, "history": Transition._meta.db_table,
+              "row": ", ".join(ROW_COLUMNS)}
+    history_insert = queries["history_insert"].strip().format(**tables)
+    return {name: text.strip().replace("{history_insert}", history_insert)
+            .replace("{job}", tables["job"]).replace("{history}", tables["history"])
+            .replace("{row}", tables["row"])
+            for name, text in queries.items()}
 
 
-# -- recovery: a PENDING job's message was sent again; count it, keep the new task id ---
-# Guarded by attempt and dispatch count, so of two passes that saw the same row, one wins.
-REDISPATCHED = f"""
-WITH moved AS (
-    UPDATE {JOB} SET dispatch_count = dispatch_count + 1, task_id = %(task_id)s,
-                     updated_at = %(now)s
-    WHERE id = %(id)s AND state = 'PENDING' AND attempt = %(attempt)s
-      AND dispatch_count = %(dispatch_count)s
-    RETURNING id, attempt
-), hist AS (
-    INSERT INTO {HISTORY} {_HISTORY_COLUMNS}
-    SELECT id, 'redispatched', 'PENDING', 'PENDING', attempt, '', %(task_id)s, %(reason)s,
-           '', %(now)s
-    FROM moved
-)
-SELECT attempt FROM moved
-"""
+QUERIES = load_queries(Path(__file__).with_name("postgresql.sql"))
 
-# -- the distinct task names, for the admin's filter --------------------------------------
-# A loose index scan: each step takes the next name from the (task_name, created_at)
-# index, one probe per name instead of a DISTINCT over every job.
-TASK_NAMES = f"""
-WITH RECURSIVE names (name) AS (
-    SELECT MIN(task_name) FROM {JOB}
-    UNION ALL
-    SELECT (SELECT MIN(task_name) FROM {JOB} WHERE task_name > names.name)
-    FROM names WHERE names.name IS NOT NULL
-)
-SELECT name FROM names WHERE name IS NOT NULL LIMIT %(limit)s
-"""
+
+def _guard(guard: Guard) -> str:
+    """A move's guard flags as SQL, from the guard_* fragments; ``true`` for none."""
+    parts = [QUERIES[f"guard_{flag.name.lower()}"] for flag in Guard
+             if flag and flag.name and flag in guard]
+    return " AND ".join(parts) or "true"
+
+
+def _sets(columns: tuple[str, ...], source: str = "%(v_{c})s") -> str:
+    return "".join(f", {c} = {source.format(c=c)}" + ("::jsonb" if c in JSON_COLUMNS
+                                                        and "%" in source else "")
+                   for c in columns)
+
+
+def _record(move: Move, history_values: str) -> str:
+    if not move.recorded:
+        return ""
+    return "\n" + QUERIES["move_record"].replace("{history_values}", history_values)
+
+
+@cache
+def claim_sql(event: str) -> str:
+    """The claim statement of move ``event`` (cached: the same text is prepared once)."""
+    duplicate = states.move(DUPLICATE)
+    sql = QUERIES["claim"].replace("{guard}", _guard(states.move(event).guard))
+    return sql.replace("{duplicate_guard}", _guard(duplicate.guard) if duplicate.recorded
+                       else "false")
+
+
+@cache
+def move_sql(event: str, columns: tuple[str, ...]) -> str:
+    m = states.move(event)
+    if m.target is None and not columns:
+        return QUERIES["record"].replace("{guard}", _guard(m.guard))
+    return (QUERIES["move"].replace("{guard}", _guard(m.guard)).replace("{sets}", _sets(columns))
+            .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s")))
+
+
+@cache
+def batch_sql(event: str, columns: tuple[str, ...], types: tuple[str, ...]) -> str:
+    return (QUERIES["move_batch"]
+            .replace("{arrays}", "".join(f", %(v_{c})s::{t}[]" for c, t in zip(columns, types,
+                                                                                 strict=True)))
+            .replace("{names}", "".join(f", v_{c}" for c in columns))
+            .replace("{sets}", _sets(columns, "v.v_{c}"))
+            .replace("{record}", _record(states.move(event), "h_worker, h_task_id, h_reason, ''")))
 
 
 def _json(value: Any) -> str | None:
@@ -207,19 +117,11 @@ def _param(column: str, value: Any) -> Any:
     return _json(value) if column in JSON_COLUMNS else value
 
 
-def _intent_params(intent: Intent) -> dict[str, Any]:
-    return {
-        "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
-        "fingerprint": intent.fingerprint, "args": _json(intent.args),
-        "kwargs": _json(intent.kwargs), "options": _json(intent.options),
-    }
-
-
 def _row(values: tuple[Any, ...]) -> JobRow:
     row = dict(zip(ROW_COLUMNS, values, strict=True))
     # Django registers a text loader for jsonb (JSONField parses in Python), so raw
     # cursors get JSON text back.
-    for col in ("result", "error"):
+    for col in JSON_COLUMNS.intersection(row):
         if isinstance(row[col], str):
             row[col] = json.loads(row[col])
     return JobRow.from_values(row)
@@ -228,15 +130,20 @@ def _row(values: tuple[Any, ...]) -> JobRow:
 def _outcome(rows: list[tuple[Any, ...]]) -> ClaimOutcome:
     if not rows:
         return ClaimOutcome(False, None)
-    won, *values = rows[0]
-    return ClaimOutcome(bool(won), _row(tuple(values)))
+    won, recorded, *values = rows[0]
+    return ClaimOutcome(bool(won), _row(tuple(values)), bool(recorded))
 
 
-class PostgreSQLBackend:
-    """Backend for PostgreSQL: one statement per step."""
+class PostgreSQLBackend(Backend):
+    """Backend for PostgreSQL: one statement per step.
+
+    ``dedicated``: run on the process's own bookkeeping connection
+    (``celery_idem.connection``) instead of Django's; only for autocommitted writes that
+    need not share a transaction with the caller.
+    """
 
     def __init__(self, alias: str, dedicated: bool = False) -> None:
-        self.alias = alias
+        super().__init__(alias)
         self.dedicated = dedicated
 
     def _connection(self) -> Any:
@@ -249,130 +156,69 @@ class PostgreSQLBackend:
             cursor.execute(sql, params)
             return cursor.fetchall()
 
-    def publish(self, intent: Intent, task_id: str, now: datetime) -> ClaimOutcome:
-        rows = self._fetch(PUBLISH, {**_intent_params(intent), "task_id": task_id, "now": now})
-        outcome = _outcome(rows)
-        if outcome.won:
-            announce(self.alias, outcome.row.id, "published", None, State.PENDING, 0,
-                     task_id=task_id)
-        return outcome
+    def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
+                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
+        assert move.target is not None
+        return _outcome(self._fetch(QUERIES["insert"], {
+            "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
+            "fingerprint": intent.fingerprint, "args": _json(intent.args),
+            "kwargs": _json(intent.kwargs), "options": _json(intent.options),
+            "to_state": move.target.value, "event": move.event, "task_id": task_id,
+            "now": now, "reason": reason,
+            "attempt": 0 if claimant is None else 1,
+            "worker": "" if claimant is None else claimant.worker,
+            "lease": None if claimant is None else claimant.lease_expires_at,
+            "started_at": None if claimant is None else now,
+        }))
 
-    def claim(self, intent: Intent, claimant: Claimant) -> ClaimOutcome:
-        params = {
-            **_intent_params(intent), "worker": claimant.worker, "task_id": claimant.task_id,
-            "lease": claimant.lease_expires_at, "now": claimant.now,
-            "finished": [s.value for s in states.FINISHED],
-        }
-        outcome = self._claim(params, "claimed", State.PENDING)
-        if outcome.row is None:
-            rows = self._fetch(CLAIM_NEW, params)
-            if rows:
-                row = _row(rows[0])
-                announce(self.alias, row.id, "claimed", None, State.RUNNING, 1,
-                         claimant.worker, claimant.task_id, "no intent was published")
-                return ClaimOutcome(True, row)
-            outcome = self._claim(params, "claimed", State.PENDING)  # lost the insert race
-        row = outcome.row
-        if (not outcome.won and row is not None and row.state is State.RUNNING
-                and row.fingerprint == intent.fingerprint
-                and row.lease_expires_at is not None and row.lease_expires_at < claimant.now):
-            return self._claim(params, "taken_over", State.RUNNING)
-        return outcome
+    def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
+               reason: str) -> ClaimOutcome:
+        duplicate = states.move(DUPLICATE)
+        return _outcome(self._fetch(claim_sql(move.event), {
+            "namespace": intent.namespace, "key": intent.key,
+            "fingerprint": intent.fingerprint, "worker": claimant.worker,
+            "task_id": claimant.task_id, "lease": claimant.lease_expires_at,
+            "now": claimant.now, "event": move.event, "from_state": source.value,
+            "to_state": State.RUNNING.value, "reason": reason, "duplicate": DUPLICATE,
+            "duplicate_sources": duplicate.source_values(),
+            "duplicate_reason": DUPLICATE_REASON,
+        }))
 
-    def _claim(self, params: dict[str, Any], event: str, from_state: State) -> ClaimOutcome:
-        states.check(from_state, states.move(event).target)
-        reason = claim_reason(event)
-        rows = self._fetch(
-            CLAIM, {**params, "event": event, "from_state": from_state.value, "reason": reason}
-        )
-        outcome = _outcome(rows)
-        row = outcome.row
-        if outcome.won:
-            announce(self.alias, row.id, event, from_state, State.RUNNING, row.attempt,
-                     params["worker"], params["task_id"], reason)
-        elif row is not None and row.state in states.FINISHED \
-                and row.fingerprint == params["fingerprint"]:
-            announce(self.alias, row.id, "duplicate", row.state, row.state, row.attempt,
-                     params["worker"], params["task_id"], "replayed the stored outcome")
-        return outcome
+    def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
+        columns = tuple(sorted(change.values))
+        rows = self._fetch(move_sql(move.event, columns), {
+            "id": change.job_id, "event": change.event,
+            "from_state": None if change.from_state is None else change.from_state.value,
+            "to_state": change.to_state.value, "sources": move.source_values(),
+            "attempt": change.attempt, "fingerprint": change.fingerprint,
+            "dispatch_count": change.dispatch_count, "now": now, "worker": change.worker,
+            "task_id": change.task_id, "reason": change.reason, "actor": change.actor,
+            **{f"v_{c}": _param(c, v) for c, v in change.values.items()},
+        })
+        return int(rows[0][0]) if rows else None
 
-    def transition(
-        self, job_id: int, event: str, from_state: State, *, attempt: int | None,
-        values: dict[str, Any], now: datetime, worker: str = "", task_id: str = "",
-        reason: str = "", actor: str = "",
-    ) -> bool:
-        target = checked_target(event, from_state, values)
-        sets = "".join(
-            f", {col} = %(v_{col})s::jsonb" if col in JSON_COLUMNS else f", {col} = %(v_{col})s"
-            for col in sorted(values)
-        )
-        sql = TRANSITION.format(
-            job=JOB, history=HISTORY, columns=_HISTORY_COLUMNS, sets=sets,
-            attempt_guard=" AND attempt = %(attempt)s" if attempt is not None else "",
-        )
-        params = {
-            "id": job_id, "event": event, "from_state": from_state.value,
-            "to_state": target.value, "attempt": attempt, "now": now, "worker": worker,
-            "task_id": task_id, "reason": reason, "actor": actor,
-            **{f"v_{col}": _param(col, v) for col, v in values.items()},
-        }
-        rows = self._fetch(sql, params)
-        if not rows:
-            return False
-        announce(self.alias, job_id, event, from_state, target, rows[0][0], worker, task_id,
-                 reason, actor)
-        return True
-
-    def transition_batch(self, moves: list[BatchMove], now: datetime) -> set[int]:
-        groups: dict[tuple[str, State, tuple[str, ...]], list[BatchMove]] = {}
-        for m in moves:
-            groups.setdefault((m.event, m.from_state, tuple(sorted(m.values))), []).append(m)
+    def _apply_batch(self, changes: list[Change], now: datetime) -> set[int]:
+        groups: dict[tuple[str, State | None, tuple[str, ...]], list[Change]] = {}
+        for c in changes:
+            groups.setdefault((c.event, c.from_state, tuple(sorted(c.values))), []).append(c)
         db = connections[self.alias]
         moved: set[int] = set()
         for (event, from_state, columns), group in groups.items():
-            target = checked_target(event, from_state, group[0].values)
-            types = {c: Job._meta.get_field(c).db_type(db) for c in columns}
-            sql = TRANSITION_BATCH.format(
-                job=JOB, history=HISTORY, columns=_HISTORY_COLUMNS,
-                arrays="".join(f", %(v_{c})s::{types[c]}[]" for c in columns),
-                names="".join(f", v_{c}" for c in columns),
-                sets="".join(f", {c} = v.v_{c}" for c in columns),
-            )
+            assert from_state is not None
+            types = tuple(Job._meta.get_field(c).db_type(db) or "text" for c in columns)
             params = {
-                "event": event, "from_state": from_state.value, "to_state": target.value,
-                "now": now, "ids": [m.job_id for m in group],
-                "attempts": [m.attempt for m in group], "workers": [m.worker for m in group],
-                "task_ids": [m.task_id for m in group], "reasons": [m.reason for m in group],
-                **{f"v_{c}": [_param(c, m.values[c]) for m in group] for c in columns},
+                "event": event, "from_state": from_state.value,
+                "to_state": group[0].to_state.value, "now": now,
+                "ids": [c.job_id for c in group], "attempts": [c.attempt for c in group],
+                "workers": [c.worker for c in group], "task_ids": [c.task_id for c in group],
+                "reasons": [c.reason for c in group],
+                **{f"v_{col}": [_param(col, c.values[col]) for c in group] for col in columns},
             }
-            matched = {job_id for (job_id,) in self._fetch(sql, params)}
-            for m in group:
-                if m.job_id in matched:
-                    announce(self.alias, m.job_id, event, from_state, target, m.attempt,
-                             m.worker, m.task_id, m.reason)
-            moved |= matched
+            moved |= {job_id for (job_id,) in self._fetch(batch_sql(event, columns, types),
+                                                         params)}
         return moved
 
-    def record(
-        self, job_id: int, event: str, state: State, attempt: int, *, now: datetime,
-        worker: str = "", task_id: str = "", reason: str = "",
-    ) -> None:
-        assert states.move(event).target is None
-        with self._connection().cursor() as cursor:
-            cursor.execute(RECORD, {
-                "id": job_id, "event": event, "state": state.value, "attempt": attempt,
-                "worker": worker, "task_id": task_id, "reason": reason, "now": now,
-            })
-        announce(self.alias, job_id, event, state, state, attempt, worker, task_id, reason)
-
-    def heartbeat(self, job_id: int, attempt: int, lease_expires_at: datetime,
-                  now: datetime) -> bool:
-        with self._connection().cursor() as cursor:
-            cursor.execute(HEARTBEAT, {"id": job_id, "attempt": attempt,
-                                       "lease": lease_expires_at, "now": now})
-            return cursor.rowcount == 1
-
-    # -- recovery ----------------------------------------------------------------------
+    # -- reads ---------------------------------------------------------------------------
 
     @contextmanager
     def locked_batch(self, condition: Q, after_id: int, limit: int) -> Iterator[list[Job]]:
@@ -383,17 +229,10 @@ class PostgreSQLBackend:
                     .order_by("id").select_for_update(skip_locked=True, of=("self",)))
             yield list(jobs[:limit])
 
-    def mark_redispatched(self, job_id: int, attempt: int, dispatch_count: int, *,
-                          task_id: str, now: datetime, reason: str) -> bool:
-        rows = self._fetch(REDISPATCHED, {
-            "id": job_id, "attempt": attempt, "dispatch_count": dispatch_count,
-            "task_id": task_id, "now": now, "reason": reason,
-        })
-        if not rows:
-            return False
-        announce(self.alias, job_id, "redispatched", State.PENDING, State.PENDING, attempt,
-                 task_id=task_id, reason=reason)
-        return True
+    def attempts_since_reset(self, job_id: int, attempt: int) -> int:
+        rows = self._fetch(QUERIES["attempts_since_reset"],
+                           {"id": job_id, "attempt": attempt, "reset": "reset"})
+        return int(rows[0][0])
 
     def task_names(self, limit: int) -> list[str]:
-        return [name for (name,) in self._fetch(TASK_NAMES, {"limit": limit})]
+        return [name for (name,) in self._fetch(QUERIES["task_names"], {"limit": limit})]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from celery_idem import claims, publishing
 from celery_idem.backends import get_backend
 from celery_idem.backends.base import Intent
 from celery_idem.backends.generic import GenericBackend
+from celery_idem.testing import use_backend
 
 #: Tests of SQL that only PostgreSQL runs; they run in the postgres tiers.
 POSTGRES_ONLY = ["test_claim_plan.py"]
@@ -23,12 +23,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def backend(backend_kind, monkeypatch):
-    """The backend under test, also used by the task and publish paths."""
+def backend(backend_kind):
+    """The backend under test, used by the whole library while the test runs."""
     chosen = GenericBackend("default") if backend_kind == "generic" else get_backend("default")
-    monkeypatch.setattr(claims, "get_backend", lambda alias, dedicated=False: chosen)
-    monkeypatch.setattr(publishing, "get_backend", lambda alias, dedicated=False: chosen)
-    return chosen
+    with use_backend(chosen):
+        yield chosen
 
 
 @pytest.fixture

@@ -57,10 +57,12 @@ def test_claim_probes_the_key_even_when_statistics_say_pending_rows_are_rare():
         params = {
             "namespace": "plan", "key": key, "fingerprint": fingerprint, "worker": "w",
             "task_id": "t-new", "lease": now + timedelta(hours=1), "now": now,
-            "event": "claimed", "from_state": "PENDING", "reason": "",
-            "finished": [s.value for s in states.FINISHED],
+            "event": "claimed", "from_state": "PENDING", "to_state": "RUNNING", "reason": "",
+            "duplicate": "duplicate", "duplicate_reason": "",
+            "duplicate_sources": states.move("duplicate").source_values(),
         }
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + postgresql.CLAIM, params)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + postgresql.claim_sql("claimed"),
+                       params)
         raw = cursor.fetchone()[0]
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     used = scans(plan)

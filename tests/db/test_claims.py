@@ -10,9 +10,10 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from celery_idem import claims
+from celery_idem.backends import Change
 from celery_idem.errors import ClaimLost, KeyMismatch
 from celery_idem.models import Job, Transition
-from celery_idem.publishing import write_intent
+from celery_idem.producer import write_intent
 from celery_idem.states import State
 from django_app.effects.models import Effect
 
@@ -193,8 +194,8 @@ class TestTransitionGuard:
         """A conditional write that lost its race says so and writes no history."""
         _, claim = acquire(make_intent())
         claim.succeed(1)
-        assert not backend.transition(claim.job_id, "released", State.RUNNING, attempt=None,
-                                      values={}, now=timezone.now())
+        assert not backend.apply(Change(claim.job_id, "released", State.RUNNING, attempt=1),
+                                 timezone.now())
         assert Job.objects.get(key="k1").state == "SUCCEEDED"
 
     def test_a_move_the_table_forbids_raises_before_writing(self, backend, make_intent):
@@ -204,8 +205,11 @@ class TestTransitionGuard:
         _, claim = acquire(make_intent())
         claim.succeed(1)
         with pytest.raises(InvalidTransition):
-            backend.transition(claim.job_id, "reset", State.SUCCEEDED, attempt=None,
-                               values={}, now=timezone.now())
+            backend.apply(Change(claim.job_id, "reset", State.SUCCEEDED, attempt=1),
+                          timezone.now())
         with pytest.raises(InvalidTransition):
-            backend.transition(claim.job_id, "succeeded", State.RUNNING, attempt=1,
-                               values={"state": "PENDING"}, now=timezone.now())
+            backend.apply(Change(claim.job_id, "succeeded", State.RUNNING, attempt=1,
+                                 values={"state": "PENDING"}), timezone.now())
+        with pytest.raises(InvalidTransition):
+            backend.apply(Change(claim.job_id, "succeeded", State.RUNNING, values={}),
+                          timezone.now())

@@ -11,10 +11,11 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from freezegun import freeze_time
 
-from celery_idem import actions, claims, reaper
+from celery_idem import actions, claims
 from celery_idem.models import Checkpoint, Job, Transition
-from celery_idem.publishing import write_intent
-from celery_idem.task import HEADER
+from celery_idem.producer import KEY_HEADER as HEADER
+from celery_idem.producer import write_intent
+from celery_idem.recovery import sweep as reaper
 from django_app.effects.models import Effect
 from django_app.effects.tasks import always_fails, ship_order
 

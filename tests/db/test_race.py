@@ -12,7 +12,7 @@ from django.db import connection
 
 from celery_idem.backends.base import Intent
 from celery_idem.models import Job, Transition
-from celery_idem.publishing import write_intent
+from celery_idem.producer import write_intent
 
 from .race_contender import contend
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from datetime import timedelta
 
@@ -12,13 +13,15 @@ from django.test import override_settings
 from django.utils import timezone
 from freezegun import freeze_time
 
-from celery_idem import IdempotentTask, claims, dispatch, reaper
-from celery_idem.backends.base import BatchMove
+from celery_idem import IdempotentTask, claims
+from celery_idem.backends import Change
 from celery_idem.errors import InvalidTransition
 from celery_idem.models import Job, Transition
-from celery_idem.publishing import write_intent
+from celery_idem.producer import KEY_HEADER as HEADER
+from celery_idem.producer import write_intent
+from celery_idem.recovery import resend as dispatch
+from celery_idem.recovery import sweep as reaper
 from celery_idem.states import State
-from celery_idem.task import HEADER
 from django_app.effects.tasks import ship_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,13 +51,6 @@ def timeouts():
 
 
 @pytest.fixture
-def backend(backend, monkeypatch):
-    """The backend under test (native or generic), used by the reaper too."""
-    monkeypatch.setattr(reaper, "get_backend", lambda alias: backend)
-    return backend
-
-
-@pytest.fixture
 def sent(monkeypatch):
     """Every message the reaper sends, as (job key, task id), instead of the broker."""
     messages: list[tuple[str, str]] = []
@@ -70,7 +66,7 @@ def sent(monkeypatch):
 
 
 def publish(task=ship_order, n=1, options=None):
-    intent = task.intent((n,), {}, options=options or {})
+    intent = dataclasses.replace(task.intent((n,), {}), options=options or {})
     write_intent(intent, f"pub-{intent.key}")
     return intent
 
@@ -158,8 +154,8 @@ class TestStaleClaims:
             claim(intent, task_id="t-2")
         reap_at("2030-01-01 12:03:01")  # dead-lettered at attempt 2
         job = Job.objects.get(key="twice/1")
-        assert backend.transition(job.id, "reset", State.FAILED, attempt=2, values={},
-                                  now=timezone.now(), reason="operator")
+        assert backend.apply(Change(job.id, "reset", State.FAILED, attempt=2,
+                                    reason="operator"), timezone.now())
         with freeze_time("2030-01-01 12:04:00"):
             claim(intent, task_id="t-3")
         report = reap_at("2030-01-01 12:05:01")
@@ -326,18 +322,18 @@ class TestTransitionBatch:
             running = [claim(publish(n=n), task_id=f"t-{n}") for n in range(3)]
         ids = [c.job_id for c in running]
         moves = [
-            BatchMove(ids[0], "released", State.RUNNING, 1,
-                      {"lease_expires_at": None, "worker": "", "task_id": "new-0",
+            Change(ids[0], "released", State.RUNNING, 1,
+                      values={"lease_expires_at": None, "worker": "", "task_id": "new-0",
                        "dispatch_count": 1}, worker="host/1", task_id="t-0", reason="lost 0"),
             # attempt 7 no longer holds the claim: this one must not move
-            BatchMove(ids[1], "released", State.RUNNING, 7,
-                      {"lease_expires_at": None, "worker": "", "task_id": "new-1",
+            Change(ids[1], "released", State.RUNNING, 7,
+                      values={"lease_expires_at": None, "worker": "", "task_id": "new-1",
                        "dispatch_count": 1}, reason="lost 1"),
-            BatchMove(ids[2], "dead_lettered", State.RUNNING, 1,
-                      {"lease_expires_at": None, "finished_at": timezone.now(),
+            Change(ids[2], "dead_lettered", State.RUNNING, 1,
+                      values={"lease_expires_at": None, "finished_at": timezone.now(),
                        "error": {"type": "DeadLettered", "message": "é"}}, reason="dead"),
         ]
-        assert backend.transition_batch(moves, timezone.now()) == {ids[0], ids[2]}
+        assert backend.apply_batch(moves, timezone.now()) == {ids[0], ids[2]}
         jobs = {j.id: j for j in Job.objects.all()}
         assert (jobs[ids[0]].state, jobs[ids[0]].task_id, jobs[ids[0]].dispatch_count,
                 jobs[ids[0]].worker) == (State.PENDING, "new-0", 1, "")
@@ -355,5 +351,5 @@ class TestTransitionBatch:
         with freeze_time(T0):
             job_id = claim(publish()).job_id
         with pytest.raises(InvalidTransition):
-            backend.transition_batch(
-                [BatchMove(job_id, "reset", State.RUNNING, 1, {})], timezone.now())
+            backend.apply_batch(
+                [Change(job_id, "reset", State.RUNNING, 1)], timezone.now())

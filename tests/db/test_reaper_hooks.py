@@ -7,10 +7,11 @@ from types import SimpleNamespace
 import pytest
 from billiard.exceptions import WorkerLostError
 
-from celery_idem import claims, hooks
+from celery_idem import claims
 from celery_idem.models import Job, Transition
-from celery_idem.publishing import write_intent
-from celery_idem.task import HEADER
+from celery_idem.producer import KEY_HEADER as HEADER
+from celery_idem.producer import write_intent
+from celery_idem.recovery import worker as hooks
 from django_app.effects.tasks import deduct_stock, ship_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +34,7 @@ def request(intent, task_id="t-1", hostname="w1@host", pid=101, task=ship_order)
 def test_a_lost_child_releases_its_claim_with_the_reason():
     """WorkerLostError: RUNNING -> PENDING at once, the history says why."""
     intent, _ = claimed()
-    assert hooks.release_lost_attempt(ship_order, request(intent), "worker lost: SIGKILL")
+    assert hooks.hand_back_lost_attempt(ship_order, request(intent), "worker lost: SIGKILL")
     job = Job.objects.get(key=intent.key)
     assert (job.state, job.worker, job.lease_expires_at) == ("PENDING", "", None)
     row = Transition.objects.filter(job=job).last()
@@ -44,14 +45,14 @@ def test_a_lost_child_releases_its_claim_with_the_reason():
 def test_a_claim_held_by_another_process_is_not_released():
     """Another child (or a newer attempt) holds the key: the lost request releases nothing."""
     intent, _ = claimed(worker="w2@host/202")
-    assert not hooks.release_lost_attempt(ship_order, request(intent), "worker lost")
+    assert not hooks.hand_back_lost_attempt(ship_order, request(intent), "worker lost")
     assert Job.objects.get(key=intent.key).state == "RUNNING"
 
 
 def test_a_claim_of_another_message_is_not_released():
     """A newer message (another task id) owns the row: nothing changes."""
     intent, _ = claimed(task_id="t-2")
-    assert not hooks.release_lost_attempt(ship_order, request(intent), "worker lost")
+    assert not hooks.hand_back_lost_attempt(ship_order, request(intent), "worker lost")
     assert Job.objects.get(key=intent.key).state == "RUNNING"
 
 
@@ -60,7 +61,7 @@ def test_an_atomic_attempt_that_rolled_back_is_recorded():
     intent = deduct_stock.intent((1, 2, 3), {})
     write_intent(intent, "t-1")
     req = request(intent, task=deduct_stock)
-    assert not hooks.release_lost_attempt(deduct_stock, req, "worker lost")
+    assert not hooks.hand_back_lost_attempt(deduct_stock, req, "worker lost")
     job = Job.objects.get(key=intent.key)
     assert job.state == "PENDING"
     assert Transition.objects.filter(job=job).last().event == "attempt_lost"
@@ -70,7 +71,7 @@ def test_the_request_class_releases_on_worker_lost(monkeypatch):
     """IdempotentRequest.on_failure calls the release for WorkerLostError, once."""
     calls = []
     monkeypatch.setattr(hooks.Request, "on_failure", lambda self, *a, **k: None)
-    monkeypatch.setattr(hooks, "release_lost_attempt",
+    monkeypatch.setattr(hooks, "hand_back_lost_attempt",
                         lambda task, req, why: calls.append(why))
     req = object.__new__(hooks.IdempotentRequest)
     req._task, req._request_dict = ship_order, {"id": "t-1", "task": ship_order.name}
@@ -87,7 +88,7 @@ def test_ordinary_body_failures_do_not_release(monkeypatch):
     """A body exception was already recorded by the child: the MainProcess does nothing."""
     calls = []
     monkeypatch.setattr(hooks.Request, "on_failure", lambda self, *a, **k: None)
-    monkeypatch.setattr(hooks, "release_lost_attempt", lambda *a: calls.append(a))
+    monkeypatch.setattr(hooks, "hand_back_lost_attempt", lambda *a: calls.append(a))
     req = object.__new__(hooks.IdempotentRequest)
     req.on_failure(SimpleNamespace(exception=ValueError("boom")))
     assert calls == []
@@ -95,7 +96,7 @@ def test_ordinary_body_failures_do_not_release(monkeypatch):
 
 def test_the_task_class_names_the_request_class():
     """Workers build IdempotentTask requests from IdempotentRequest."""
-    assert ship_order.Request == "celery_idem.hooks:IdempotentRequest"
+    assert ship_order.Request == "celery_idem.recovery.worker:IdempotentRequest"
 
 
 def test_worker_shutdown_releases_claims_of_its_own_children(monkeypatch):

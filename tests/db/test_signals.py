@@ -9,8 +9,9 @@ import pytest
 from django.db import transaction
 from freezegun import freeze_time
 
-from celery_idem import claims, reaper, signals
-from celery_idem.publishing import write_intent
+from celery_idem import claims, signals
+from celery_idem.producer import write_intent
+from celery_idem.recovery import sweep as reaper
 from django_app.effects.tasks import ship_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,14 +82,15 @@ def test_the_log_line_has_structured_fields(caplog, backend):
     assert FIELDS <= set(vars(record))
 
 
-def test_an_unguarded_transition_reports_the_rows_attempt(received, backend):
-    """Operator moves name no attempt; the signal still carries the job's attempt."""
+def test_an_operator_move_reports_its_actor_and_attempt(received, backend):
+    """An operator's release is announced with who did it and which attempt it fenced."""
     from django.utils import timezone
 
+    from celery_idem.backends import Change
     from celery_idem.states import State
 
     claim = claimed()
-    assert backend.transition(claim.job_id, "released", State.RUNNING, attempt=None,
-                              values={}, now=timezone.now(), actor="alice")
+    assert backend.apply(Change(claim.job_id, "released", State.RUNNING, attempt=1,
+                                actor="alice"), timezone.now())
     assert (received[-1]["event"], received[-1]["attempt"], received[-1]["actor"]) == \
         ("released", 1, "alice")

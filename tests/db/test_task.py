@@ -18,8 +18,8 @@ from celery_idem import (
     StoredFailure,
 )
 from celery_idem.models import Job, Transition
-from celery_idem.publishing import ERROR_HEADER, on_before_task_publish, refused_error
-from celery_idem.task import HEADER
+from celery_idem.producer import ERROR_HEADER, on_before_task_publish, refused_error
+from celery_idem.producer import KEY_HEADER as HEADER
 from django_app.celery import app
 from django_app.effects.models import Effect
 from django_app.effects.tasks import (

@@ -11,7 +11,7 @@ import pytest
 from celery_idem import claims
 from celery_idem.beat import ENTRY_NAME, TASK_NAME
 from celery_idem.models import Job
-from celery_idem.publishing import write_intent
+from celery_idem.producer import write_intent
 from django_app.effects.tasks import ship_order
 
 from .workers import ROOT, wait_until, worker_env

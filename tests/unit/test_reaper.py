@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from django.test import override_settings
 
-from celery_idem import reaper
+from celery_idem.recovery import sweep as reaper
 
 
 def test_report_counts_per_action_and_task():

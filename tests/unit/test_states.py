@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from celery_idem.errors import InvalidTransition
-from celery_idem.states import MOVES, TRANSITIONS, State, check, move, sources
+from celery_idem.states import MOVES, TRANSITIONS, Guard, State, applies, check, move
 
 P, R, S, F, U = State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.UNCERTAIN
 
@@ -46,11 +46,19 @@ def test_history_only_moves_change_no_state():
     assert MOVES["duplicate"].target is None and MOVES["late_finish"].target is None
 
 
-def test_every_move_is_within_the_table():
-    """Each named move's sources and target are pairs the table allows."""
+def test_every_move_that_changes_a_claimed_row_is_fenced():
+    """A move from RUNNING written by a claim holder or an operator names the attempt."""
     for m in MOVES.values():
-        for source in m.sources:
-            check(source, m.target)
+        if State.RUNNING in m.sources and m.event not in ("taken_over", "late_finish"):
+            assert Guard.FENCED in m.guard, m.event
+
+
+def test_only_a_claim_takes_a_live_key():
+    """Of the moves into RUNNING, only claims exist, and taking over needs an expired lease."""
+    into_running = {m.event for m in MOVES.values() if m.target is State.RUNNING}
+    assert into_running == {"claimed", "taken_over", "heartbeat"}
+    assert Guard.LEASE_EXPIRED in MOVES["taken_over"].guard
+    assert not MOVES["heartbeat"].recorded
 
 
 def test_unknown_move_name_is_refused():
@@ -59,7 +67,8 @@ def test_unknown_move_name_is_refused():
         move("finished")
 
 
-def test_sources_give_the_where_guard():
-    """The guard of a move lists its source states by value."""
-    assert sources("dead_lettered") == ["PENDING", "RUNNING"]
-    assert sources("claimed") == ["PENDING"]
+def test_applies_answers_from_the_table():
+    """Which actions apply to which state comes from the moves' sources."""
+    assert applies("reset", "FAILED") and applies("reset", State.UNCERTAIN)
+    assert not applies("reset", "SUCCEEDED") and not applies("resolved", "FAILED")
+    assert MOVES["dead_lettered"].source_values() == ["PENDING", "RUNNING"]

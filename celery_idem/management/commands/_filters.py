@@ -20,10 +20,8 @@ def positive(value: Any, option: str) -> Any:
 
 
 def known_task_names(using: str) -> set[str]:
-    from celery_idem.task import IdempotentTask
-
     registered = {name for name, task in current_app.tasks.items()
-                  if isinstance(task, IdempotentTask)}
+                  if getattr(task, "key_spec", None) is not None}
     stored = set(Job.objects.using(using).values_list("task_name", flat=True).distinct())
     return registered | stored
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from celery_idem import reaper
 from celery_idem.conf import settings
+from celery_idem.recovery import reap
 
 from ._filters import positive
 
@@ -24,7 +24,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         batch_size = positive(options["batch_size"], "--batch-size")
-        report = reaper.reap(using=options["database"] or settings.DATABASE,
+        report = reap(using=options["database"] or settings.DATABASE,
                              batch_size=batch_size)
         lines = report.lines()
         if not lines:

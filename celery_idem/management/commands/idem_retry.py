@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
 
-from celery_idem import actions
+from celery_idem import actions, states
 from celery_idem.conf import settings
 from celery_idem.models import Job
 from celery_idem.states import State
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--key-prefix", help="only keys that start with this")
         parser.add_argument("--reason", help="only jobs whose failure reason contains this "
                                              "(case-insensitive), e.g. dead-lettered")
-        parser.add_argument("--state", choices=[State.FAILED, State.UNCERTAIN],
+        parser.add_argument("--state", choices=states.move("reset").source_values(),
                             default=State.FAILED, help="which jobs to reset (default FAILED)")
         parser.add_argument("--all", action="store_true",
                             help="retry every matching job even without a filter")

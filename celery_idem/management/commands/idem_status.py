@@ -11,10 +11,10 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from celery_idem import reaper
 from celery_idem.conf import settings
 from celery_idem.models import Job
-from celery_idem.states import State
+from celery_idem.recovery.sweep import lost_messages
+from celery_idem.states import State, stale_q
 
 from ._filters import task_filter
 
@@ -63,8 +63,8 @@ class Command(BaseCommand):
         return {
             "counts": dict(sorted(counts.items())),
             "oldest_running": oldest,
-            "stale_claims": per_task(reaper.stale_claims(now)),
-            "lost_messages": per_task(reaper.lost_messages(now)),
+            "stale_claims": per_task(stale_q(now)),
+            "lost_messages": per_task(lost_messages(now)),
             "dead_lettered": per_task(Q(id__in=jobs.dead_lettered().values("id"))),
             "uncertain": per_task(Q(state=State.UNCERTAIN)),
         }

@@ -1,7 +1,4 @@
-"""Celery signal receivers and the worker's request class, connected from ``apps.ready()``.
-
-Receivers are module-level functions connected strongly (``weak=False``), so they live as
-long as the process; each side effect has exactly one trigger.
+"""The worker's side of recovery: its request class, and the shutdown receiver.
 
 Faster recovery than the lease (docs/operations.md): the worker's MainProcess learns
 that a pool child died under an attempt (SIGKILL, OOM kill, hard time limit, revoke with
@@ -9,10 +6,11 @@ terminate) through ``Request.on_failure``/``on_timeout``, which run there and on
 No signal covers every case: with ``acks_late`` and ``reject_on_worker_lost``, Celery
 requeues the message and sends no ``task_failure`` (celery/worker/request.py), so
 IdempotentTask names ``IdempotentRequest`` as its request class. The claim of exactly
-that attempt (same task id, same ``host/pid`` worker, same attempt number) goes back to
-PENDING at once, with the reason in the history; the requeued message, or recovery's
-re-dispatch, runs it again. A warm shutdown releases whatever claim its own children
-still hold when the pool has stopped.
+that attempt (same task id, same ``host/pid`` worker, same attempt number) is handed
+back at once by the rule of ``recovery.handback`` (released, or UNCERTAIN for a task
+that must not re-run blindly, or dead-lettered), with the reason in the history; the
+requeued message, or recovery's re-dispatch, runs a released one again. A warm
+shutdown hands back whatever claim its own children still hold once the pool stopped.
 
 Django's worker fixup manages connections in pool children only, so these MainProcess
 handlers check their connection before use and close it after.
@@ -27,13 +25,17 @@ from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback
 from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
-from celery import signals
 from celery.worker.request import Request
 from django.db import connections
 from django.utils import timezone
 
-from . import claims, publishing
-from .conf import settings
+from .. import claims
+from ..backends import Change, get_backend
+from ..conf import settings
+from ..models import Job
+from ..producer import KEY_HEADER, build_intent
+from ..states import State
+from .handback import plan, registered_task
 
 logger = logging.getLogger(__name__)
 
@@ -42,16 +44,6 @@ CHILD_LOST = (WorkerLostError, Terminated, TimeLimitExceeded, SystemExit, Keyboa
 
 #: Pool processes that accepted an idempotent task in this worker, for the shutdown sweep.
 _pool_pids: set[int] = set()
-
-
-def connect() -> None:
-    signals.before_task_publish.connect(
-        publishing.on_before_task_publish, weak=False,
-        dispatch_uid="celery_idem.publish",
-    )
-    signals.worker_shutdown.connect(
-        on_worker_shutdown, weak=False, dispatch_uid="celery_idem.worker_shutdown",
-    )
 
 
 @contextmanager
@@ -67,7 +59,7 @@ def main_process_connection(alias: str) -> Iterator[None]:
 
 
 class IdempotentRequest(Request):
-    """Celery's request, plus: release the claim of an attempt whose child was lost."""
+    """Celery's request, plus: hand back the claim of an attempt whose child was lost."""
 
     def on_accepted(self, pid: int, time_accepted: float) -> None:
         _pool_pids.add(pid)
@@ -81,29 +73,29 @@ class IdempotentRequest(Request):
         if isinstance(exc, CHILD_LOST):
             # Before Celery requeues the message: its redelivery then finds the key free,
             # and the history lists the loss before the next claim.
-            self._release_lost_attempt(_describe(exc, self))
+            self._hand_back(_describe(exc))
         super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
 
     def on_timeout(self, soft: bool, timeout: float) -> None:
         super().on_timeout(soft, timeout)
         if not soft:
-            self._release_lost_attempt(f"hard time limit ({timeout}s) exceeded")
+            self._hand_back(f"hard time limit ({timeout}s) exceeded")
 
-    def _release_lost_attempt(self, why: str) -> None:
+    def _hand_back(self, why: str) -> None:
         # A hard time limit reaches both on_failure and on_timeout: act once.
         if getattr(self, "_idem_handled", False):
             return
         self._idem_handled = True
         try:
-            release_lost_attempt(self.task, self, why)
+            hand_back_lost_attempt(self.task, self, why)
         # A failed release must not take the worker down: the lease still expires and
-        # recovery releases the claim then.
+        # recovery hands the claim back then.
         except Exception:
-            logger.exception("could not release the claim of lost task %s[%s]",
+            logger.exception("could not hand back the claim of lost task %s[%s]",
                              self.name, self.id, extra={"action": "release_failed"})
 
 
-def _describe(exc: BaseException, request: Request) -> str:
+def _describe(exc: BaseException) -> str:
     if isinstance(exc, Terminated):
         return f"revoked: the worker terminated the task ({exc})"
     if isinstance(exc, TimeLimitExceeded):
@@ -111,30 +103,25 @@ def _describe(exc: BaseException, request: Request) -> str:
     return f"worker lost: {type(exc).__name__}: {exc}".rstrip(": ")
 
 
-def _job_for(task: Any, request: Request) -> Any:
+def _job_for(task: Any, request: Request) -> Job | None:
     """The job row of ``request``'s key, found by the key header (or the arguments)."""
-    from .models import Job
-    from .task import HEADER
-
-    key = request.request_dict.get(HEADER)
+    key = request.request_dict.get(KEY_HEADER)
     if key is None:
-        key = task.intent(request.args, request.kwargs).key
-    return Job.objects.using(settings.DATABASE).filter(namespace=task.namespace,
-                                                     key=key).first()
+        key = build_intent(task.key_spec(), task.namespace, task.name, request.args,
+                           request.kwargs).key
+    jobs = Job.objects.using(settings.DATABASE)
+    job: Job | None = jobs.filter(namespace=task.namespace, key=key).first()
+    return job
 
 
-def release_lost_attempt(task: Any, request: Request, why: str) -> bool:
-    """Release the claim that ``request``'s attempt holds, if it still holds it.
+def hand_back_lost_attempt(task: Any, request: Request, why: str) -> bool:
+    """Hand back the claim that ``request``'s attempt holds, if it still holds it.
 
-    Returns whether a claim was released. A job still PENDING (an atomic body's claim
-    rolls back with its worker) gets an ``attempt_lost`` line in its history instead.
+    Returns whether a claim was handed back. A job still PENDING (an atomic body's
+    claim rolls back with its worker) gets an ``attempt_lost`` line in its history.
     """
-    from .backends import get_backend
-    from .states import State
-    from .task import IdempotentTask
-
-    if not isinstance(task, IdempotentTask):
-        return False
+    if getattr(task, "key_spec", None) is None:
+        return False  # not an idempotent task
     alias = settings.DATABASE
     worker = claims.worker_id(request.hostname, request.worker_pid)
     with main_process_connection(alias):
@@ -143,28 +130,21 @@ def release_lost_attempt(task: Any, request: Request, why: str) -> bool:
             return False  # another message owns the row now
         backend, now = get_backend(alias), timezone.now()
         if job.state == State.RUNNING and job.worker == worker:
-            return backend.transition(
-                job.id, "released", State.RUNNING, attempt=job.attempt,
-                values={"lease_expires_at": None, "worker": ""}, now=now, worker=worker,
-                task_id=request.id, reason=why)
+            return backend.apply(plan(backend, job, task, why, resend=False).change, now)
         if job.state == State.PENDING:
-            backend.record(job.id, "attempt_lost", State.PENDING, job.attempt, now=now,
-                           worker=worker, task_id=request.id,
-                           reason=f"{why}; no claim was committed (an atomic body rolls "
-                                  "back with its worker)")
+            backend.apply(Change(
+                job.id, "attempt_lost", State.PENDING, attempt=job.attempt, worker=worker,
+                task_id=request.id, reason=f"{why}; no claim was committed (an atomic body "
+                                           "rolls back with its worker)"), now)
     return False
 
 
 def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
-    """Release claims still held by this worker's pool children once the pool stopped.
+    """Hand back claims still held by this worker's pool children once the pool stopped.
 
     A warm shutdown lets running bodies finish, so this normally finds nothing; it
     catches claims whose child died without a report.
     """
-    from .backends import get_backend
-    from .models import Job
-    from .states import State
-
     hostname = getattr(sender, "hostname", None)
     if not hostname or not _pool_pids:
         return
@@ -174,13 +154,11 @@ def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
         with main_process_connection(alias):
             backend, now = get_backend(alias), timezone.now()
             held = Job.objects.using(alias).filter(state=State.RUNNING, worker__in=workers)
-            for job in held.only("id", "attempt", "worker", "task_id"):
-                backend.transition(
-                    job.id, "released", State.RUNNING, attempt=job.attempt,
-                    values={"lease_expires_at": None, "worker": ""}, now=now,
-                    worker=job.worker, task_id=job.task_id,
-                    reason="the worker shut down while this attempt held the claim")
-    # Shutdown must finish: the lease expires and recovery releases these claims then.
+            for job in held:
+                why = "the worker shut down while this attempt held the claim"
+                backend.apply(plan(backend, job, registered_task(job.task_name), why,
+                                   resend=False).change, now)
+    # Shutdown must finish: the lease expires and recovery hands these claims back then.
     except Exception:
-        logger.exception("could not release the claims of worker %s at shutdown", hostname,
+        logger.exception("could not hand back the claims of worker %s at shutdown", hostname,
                          extra={"action": "release_failed"})

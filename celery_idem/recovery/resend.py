@@ -11,8 +11,8 @@ from typing import Any
 from celery import current_app
 from celery.utils import uuid
 
-from .errors import ConfigurationError
-from .task import HEADER
+from ..errors import ConfigurationError
+from ..producer import KEY_HEADER
 
 
 def redispatch(job: Any, countdown: float | None = None, task_id: str | None = None) -> str:
@@ -33,6 +33,6 @@ def redispatch(job: Any, countdown: float | None = None, task_id: str | None = N
         options["countdown"] = countdown
     current_app.send_task(
         job.task_name, args=list(job.args or ()), kwargs=dict(job.kwargs or {}),
-        task_id=task_id, headers={HEADER: job.key}, **options,
+        task_id=task_id, headers={KEY_HEADER: job.key}, **options,
     )
     return task_id

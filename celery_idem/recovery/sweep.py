@@ -18,7 +18,8 @@ Each sweep walks its rows by id in bounded batches; each batch is one short tran
 whose rows are locked against concurrent passes (``FOR UPDATE SKIP LOCKED`` on
 PostgreSQL, see ``Backend.locked_batch``), and every write in it is a conditional move of
 the state machine; the stale claims of a batch are moved together
-(``Backend.transition_batch``: one statement per kind of move on PostgreSQL). Messages
+(``Backend.apply_batch``: one statement per kind of move on PostgreSQL), by the rule
+of ``recovery.handback``. Messages
 leave only after their batch commits: if sending fails, the job is PENDING with a
 recorded task id, and the next pass past the dispatch timeout sends it again.
 """
@@ -31,20 +32,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from celery import current_app
 from celery.utils import uuid
 from django.db.models import Q
 from django.utils import timezone
 
-from .backends import Backend, get_backend
-from .backends.base import BatchMove
-from .claims import attempts_since_reset, describe_error, persistence
-from .conf import settings
-from .dispatch import redispatch
-from .errors import StoredFailure
-from .models import Job
-from .states import State
-from .task import IdempotentTask
+from ..backends import Backend, Change, get_backend
+from ..claims import persistence
+from ..conf import settings
+from ..models import Job
+from ..states import State, stale_q
+from .handback import HandBack, plan, registered_task, resendable
+from .resend import redispatch
 
 logger = logging.getLogger(__name__)
 
@@ -93,17 +91,12 @@ class Report:
 
 # -- which rows ------------------------------------------------------------------------
 
-def stale_claims(now: datetime) -> Q:
-    """RUNNING jobs whose lease expired before ``now`` (as ``Job.objects.stale``)."""
-    return Q(state=State.RUNNING, lease_expires_at__lt=now)
-
-
 def redispatch_wait(dispatch_count: int) -> float:
     """Seconds a PENDING job waits for a claim, after its message was due, before it is
     sent again: the dispatch timeout, doubled per re-dispatch so far, capped."""
     timeout = float(settings.DISPATCH_TIMEOUT)
     cap = max(float(settings.DISPATCH_MAX_BACKOFF), timeout)
-    return min(timeout * 2 ** min(dispatch_count, _MAX_DOUBLINGS), cap)
+    return float(min(timeout * 2 ** min(dispatch_count, _MAX_DOUBLINGS), cap))
 
 
 def lost_messages(now: datetime) -> Q:
@@ -125,32 +118,13 @@ def lost_messages(now: datetime) -> Q:
 
 # -- what to do with a row -------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Send:
-    """A message to send once the batch that decided it has committed."""
-
-    job: Job
-    task_id: str
-
-
-@dataclass(frozen=True)
-class Planned:
-    """A move a batch decided on: what the report counts if it is made, and whether the
-    job is sent again then (under the new task id the move records)."""
-
-    job: Job
-    move: BatchMove
-    action: str
-    resend: bool = False
-
-
 @dataclass
 class Batch:
     """What one locked batch decided: moves made together in its transaction, then the
-    messages sent after it commits."""
+    messages sent after it commits (job, task id)."""
 
-    moves: list[Planned] = field(default_factory=list)
-    sends: list[Send] = field(default_factory=list)
+    moves: list[tuple[Job, HandBack]] = field(default_factory=list)
+    sends: list[tuple[Job, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -163,100 +137,58 @@ class Pass:
 
     def lost_message(self, job: Job, batch: Batch) -> None:
         """Send a PENDING job again; the count and the new task id go in the same write."""
-        if not _resendable(job):
+        if not resendable(job):
             self._skip(job, "no stored arguments to send")
             return
         task_id = uuid()
         wait = redispatch_wait(job.dispatch_count)
         reason = (f"no worker claimed it within {wait:g}s of its message being due: "
                   f"message presumed lost, re-dispatch {job.dispatch_count + 1}")
-        if self.backend.mark_redispatched(job.id, job.attempt, job.dispatch_count,
-                                          task_id=task_id, now=self.now, reason=reason):
-            batch.sends.append(Send(job, task_id))
+        change = Change(job.id, "redispatched", State.PENDING, attempt=job.attempt,
+                        dispatch_count=job.dispatch_count, task_id=task_id, reason=reason,
+                        values={"dispatch_count": job.dispatch_count + 1,
+                                "task_id": task_id})
+        if self.backend.apply(change, self.now):
+            batch.sends.append((job, task_id))
             self.report.add("redispatched", job.task_name)
 
     def stale_claim(self, job: Job, batch: Batch) -> None:
-        """Release, dead-letter or park the claim of a worker that is presumed dead."""
+        """Hand back the claim of a worker that is presumed dead (``recovery.handback``)."""
         task = registered_task(job.task_name)
-        if not isinstance(task, IdempotentTask):
+        if getattr(task, "on_stale_claim", None) is None:
             # Neither choice is safe without the task's declarations (may it re-run?
             # how often?): leave it to a process that knows the task, or an operator.
             self._skip(job, "task not registered in this process")
             return
         lost = (f"stale claim: attempt {job.attempt} by {job.worker or 'unknown worker'}, "
                 f"lease expired at {job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}")
-        if task.on_stale_claim == "uncertain":
-            self._plan(batch, job, "uncertain", f"{lost}; the task must not re-run blindly",
-                       {"lease_expires_at": None})
-        elif self._attempts_exhausted(job, task.effective_max_attempts()):
-            error = StoredFailure(f"DeadLettered: attempt {job.attempt} lost its worker and "
-                                  f"max_attempts {task.effective_max_attempts()} is reached")
-            self._plan(batch, job, "dead_lettered", f"dead-lettered: {lost}", {
-                "lease_expires_at": None, "finished_at": self.now,
-                "error": describe_error(error)})
-        elif not _resendable(job):
-            # Back to PENDING all the same: a redelivered message can claim it at once.
-            self._plan(batch, job, "released", f"{lost}; not sent again: no stored arguments",
-                       {"lease_expires_at": None, "worker": ""}, action="skipped")
-        else:
-            self._plan(batch, job, "released", lost, {
-                "lease_expires_at": None, "worker": "", "task_id": uuid(),
-                "dispatch_count": job.dispatch_count + 1}, resend=True)
+        batch.moves.append((job, plan(self.backend, job, task, lost, resend=True)))
 
     def apply(self, batch: Batch) -> None:
         """Make the batch's moves; count those that matched and queue their messages."""
         if not batch.moves:
             return
-        moved = self.backend.transition_batch([p.move for p in batch.moves], self.now)
-        for planned in batch.moves:
-            if planned.move.job_id in moved:
-                self.report.add(planned.action, planned.job.task_name)
-                if planned.resend:
-                    batch.sends.append(Send(planned.job, planned.move.values["task_id"]))
+        moved = self.backend.apply_batch([h.change for _, h in batch.moves], self.now)
+        for job, handback in batch.moves:
+            if job.id in moved:
+                self.report.add(handback.action, job.task_name)
+                if handback.resend:
+                    batch.sends.append((job, handback.change.values["task_id"]))
 
-    def send(self, item: Send) -> None:
+    def send(self, job: Job, task_id: str) -> None:
         try:
-            redispatch(item.job, task_id=item.task_id)
+            redispatch(job, task_id=task_id)
         # Any broker or routing error: the job is PENDING under this task id, so the
         # next pass past the dispatch timeout sends it again. Report it and go on.
         except Exception as exc:
-            logger.error("could not send job %s (%s) again: %s", item.job.id,
-                         item.job.task_name, exc,
-                         extra={"action": "redispatch_failed", "job_id": item.job.id})
-            self.report.add("send_failed", item.job.task_name)
-
-    # -- helpers -----------------------------------------------------------------------
-
-    def _plan(self, batch: Batch, job: Job, event: str, reason: str,
-              values: dict[str, object], *, action: str | None = None,
-              resend: bool = False) -> None:
-        move = BatchMove(job.id, event, State.RUNNING, job.attempt, values,
-                         worker=job.worker, task_id=job.task_id, reason=reason)
-        batch.moves.append(Planned(job, move, action or event, resend))
-
-    def _attempts_exhausted(self, job: Job, limit: int) -> bool:
-        # Only at the limit is the history read: a reset job starts a fresh budget.
-        return job.attempt >= limit and attempts_since_reset(
-            job.id, job.attempt, self.backend.alias) >= limit
+            logger.error("could not send job %s (%s) again: %s", job.id, job.task_name, exc,
+                         extra={"action": "redispatch_failed", "job_id": job.id})
+            self.report.add("send_failed", job.task_name)
 
     def _skip(self, job: Job, why: str) -> None:
         logger.warning("recovery left job %s (%s) alone: %s", job.id, job.task_name, why,
                        extra={"action": "reap_skipped", "job_id": job.id})
         self.report.add("skipped", job.task_name)
-
-
-def registered_task(name: str) -> object | None:
-    """The task registered as ``name``. Outside a worker (manage.py, a shell), Celery
-    imports autodiscovered task modules only on demand, so import them once if needed."""
-    task = current_app.tasks.get(name)
-    if task is None:
-        current_app.loader.import_default_modules()
-        task = current_app.tasks.get(name)
-    return task
-
-
-def _resendable(job: Job) -> bool:
-    return job.args is not None or job.kwargs is not None
 
 
 # -- the pass --------------------------------------------------------------------------
@@ -272,7 +204,7 @@ def reap(*, now: datetime | None = None, using: str | None = None,
     limit = batch_size or settings.REAPER_BATCH_SIZE
     with persistence():
         _sweep(run, lost_messages(run.now), limit, run.lost_message)
-        _sweep(run, stale_claims(run.now), limit, run.stale_claim)
+        _sweep(run, stale_q(run.now), limit, run.stale_claim)
     report = run.report
     level = logging.WARNING if report.total("dead_lettered") or report.total("uncertain") \
         or report.total("send_failed") else logging.INFO
@@ -291,8 +223,8 @@ def _sweep(run: Pass, condition: Q, limit: int,
             for job in jobs:
                 handle(job, batch)
             run.apply(batch)
-        for item in batch.sends:  # committed: the messages may leave now
-            run.send(item)
+        for job, task_id in batch.sends:  # committed: the messages may leave now
+            run.send(job, task_id)
         if len(jobs) < limit:
             return
         after = jobs[-1].id

@@ -1,0 +1,140 @@
+-- Every statement the PostgreSQL backend runs, by name (celery_idem/backends/postgresql.py).
+--
+-- Placeholders filled once when this file is loaded: {job} and {history} (the tables),
+-- {row} (the columns of a JobRow), {history_insert} (the one INSERT of a history line).
+-- Filled per move from the move table (celery_idem/states.py): {sets}, {guard} (from
+-- the guard_* fragments below) and {record} (the history CTE, when the move records).
+-- Each step is one statement: data-modifying CTEs do the conditional write, append the
+-- history line and, when the write did not match, return the row that stood in the way.
+
+-- name: history_insert
+INSERT INTO {history} (job_id, event, from_state, to_state, attempt, worker, task_id,
+                       reason, actor, at)
+
+-- name: guard_fenced
+attempt = %(attempt)s
+
+-- name: guard_same_arguments
+fingerprint = %(fingerprint)s
+
+-- name: guard_claimable
+(not_before IS NULL OR not_before <= %(now)s OR task_id = %(task_id)s)
+
+-- name: guard_lease_expired
+lease_expires_at < %(now)s
+
+-- name: guard_same_dispatch
+dispatch_count = %(dispatch_count)s
+
+-- name: insert
+-- The intent (PENDING), or a claim whose intent is missing (RUNNING, attempt 1), unless
+-- the key exists: then the existing row comes back, not won.
+WITH ins AS (
+    INSERT INTO {job} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
+                       attempt, worker, task_id, lease_expires_at, dispatch_count,
+                       created_at, started_at, updated_at)
+    VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+            %(fingerprint)s, %(options)s::jsonb, %(to_state)s, %(attempt)s, %(worker)s,
+            %(task_id)s, %(lease)s, 0, %(now)s, %(started_at)s, %(now)s)
+    ON CONFLICT (namespace, key) DO NOTHING
+    RETURNING {row}
+), hist AS (
+    {history_insert}
+    SELECT id, %(event)s, NULL, %(to_state)s, attempt, %(worker)s, %(task_id)s, %(reason)s,
+           '', %(now)s
+    FROM ins
+)
+SELECT true, false, {row} FROM ins
+UNION ALL
+SELECT false, false, {row} FROM {job}
+WHERE namespace = %(namespace)s AND key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
+
+-- name: claim
+-- The row is found by its unique key, then updated by primary key, and its state is
+-- compared through an expression no index matches (``state || ''``). Otherwise, while
+-- the statistics say PENDING rows are rare (after a burst of enqueues, until autoanalyze
+-- runs), the planner prefers the (state, updated_at) index and one claim scans the whole
+-- backlog for its key (tests/db/test_claim_plan.py). A lost claim on a row the
+-- ``duplicate`` move accepts ({duplicate_guard}) appends that line in the same trip.
+WITH target AS (
+    SELECT id FROM {job} WHERE namespace = %(namespace)s AND key = %(key)s
+), claimed AS (
+    UPDATE {job}
+    SET state = %(to_state)s, attempt = attempt + 1, worker = %(worker)s,
+        task_id = %(task_id)s, lease_expires_at = %(lease)s, not_before = NULL,
+        started_at = %(now)s, updated_at = %(now)s
+    WHERE id = (SELECT id FROM target) AND state || '' = %(from_state)s AND {guard}
+    RETURNING {row}
+), hist AS (
+    {history_insert}
+    SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, %(worker)s, %(task_id)s,
+           %(reason)s, '', %(now)s
+    FROM claimed
+), dup AS (
+    {history_insert}
+    SELECT id, %(duplicate)s, state, state, attempt, %(worker)s, %(task_id)s,
+           %(duplicate_reason)s, '', %(now)s
+    FROM {job}
+    WHERE id = (SELECT id FROM target) AND state || '' = ANY(%(duplicate_sources)s)
+      AND {duplicate_guard} AND NOT EXISTS (SELECT 1 FROM claimed)
+    RETURNING 1
+)
+SELECT true, false, {row} FROM claimed
+UNION ALL
+SELECT false, EXISTS (SELECT 1 FROM dup), {row} FROM {job}
+WHERE id = (SELECT id FROM target) AND NOT EXISTS (SELECT 1 FROM claimed)
+
+-- name: move
+-- A move that writes the row: guarded by its source state and its guard.
+WITH moved AS (
+    UPDATE {job} SET state = %(to_state)s, updated_at = %(now)s{sets}
+    WHERE id = %(id)s AND state = %(from_state)s AND {guard}
+    RETURNING id, attempt
+){record}
+SELECT attempt FROM moved
+
+-- name: move_record
+-- The history CTE of a move that records (appended to "move" and "move_batch").
+, hist AS (
+    {history_insert}
+    SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, {history_values}, %(now)s
+    FROM moved
+)
+
+-- name: record
+-- A move that only appends a history line: the row is checked, not written.
+{history_insert}
+SELECT id, %(event)s, %(from_state)s, %(from_state)s, COALESCE(%(attempt)s, attempt),
+       %(worker)s, %(task_id)s, %(reason)s, %(actor)s, %(now)s
+FROM {job}
+WHERE id = %(id)s AND state = ANY(%(sources)s) AND {guard}
+RETURNING attempt
+
+-- name: move_batch
+-- Many fenced moves of one kind in one statement (recovery): per-row values as arrays.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(workers)s::text[],
+                         %(task_ids)s::text[], %(reasons)s::text[]{arrays})
+        AS v (id, attempt, h_worker, h_task_id, h_reason{names})
+), moved AS (
+    UPDATE {job} AS j SET state = %(to_state)s, updated_at = %(now)s{sets}
+    FROM v WHERE j.id = v.id AND j.state = %(from_state)s AND j.attempt = v.attempt
+    RETURNING j.id, j.attempt, v.h_worker, v.h_task_id, v.h_reason
+){record}
+SELECT id FROM moved
+
+-- name: attempts_since_reset
+SELECT %(attempt)s - COALESCE((
+    SELECT attempt FROM {history} WHERE job_id = %(id)s AND event = %(reset)s
+    ORDER BY id DESC LIMIT 1), 0)
+
+-- name: task_names
+-- A loose index scan: each step takes the next name from the (task_name, created_at)
+-- index, one probe per name instead of a DISTINCT over every job.
+WITH RECURSIVE names (name) AS (
+    SELECT MIN(task_name) FROM {job}
+    UNION ALL
+    SELECT (SELECT MIN(task_name) FROM {job} WHERE task_name > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL LIMIT %(limit)s

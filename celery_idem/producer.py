@@ -1,0 +1,155 @@
+"""The producer side: the intent of a call, written before its message leaves.
+
+``IdempotentTask.apply_async`` (``delay``, signatures, chains, groups) calls ``send``:
+compute the key and the fingerprint (raising bad input before anything is sent), write
+the PENDING intent, put the key in the message headers. ``app.send_task("name")``
+bypasses ``apply_async``; the ``before_task_publish`` hook covers it when the task class
+is known to the producer. Celery's signal dispatcher swallows a receiver's exceptions
+(``celery.utils.dispatch.signal.Signal.send``), so the hook cannot stop such a message:
+it marks it instead, and the worker fails it with the same error without running it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery import current_app
+from celery.utils import uuid
+from django.db import transaction
+from django.utils import timezone
+
+from . import errors
+from .backends import Intent, get_backend
+from .claims import persistence
+from .conf import settings
+from .errors import IdempotencyError, KeyMismatch
+from .fingerprints import canonical_json, fingerprint
+from .keys import KeySpec, validate_key
+
+logger = logging.getLogger(__name__)
+
+#: Message header that carries the idempotency key from producer to worker.
+KEY_HEADER = "celery_idem_key"
+#: Header the publish hook sets when it could not accept a send_task message.
+ERROR_HEADER = "celery_idem_error"
+#: apply_async options that decide where a message goes, kept to re-dispatch it.
+ROUTING_OPTIONS = ("queue", "routing_key", "exchange", "priority")
+
+
+def header(request: Any, name: str) -> Any:
+    """A custom header of the message ``request`` runs: a worker puts custom headers on
+    the request itself, eager mode nests them under ``headers``."""
+    value = getattr(request, name, None)
+    if value is None:
+        value = (getattr(request, "headers", None) or {}).get(name)
+    return value
+
+
+def build_intent(spec: KeySpec, namespace: str, task_name: str, args: Any = None,
+           kwargs: Any = None, key: str | None = None,
+           options: dict[str, Any] | None = None) -> Intent:
+    """The intent for one call: key, fingerprint and what to store. Raises bad input."""
+    args, kwargs = tuple(args or ()), dict(kwargs or {})
+    bound = spec.bind(args, kwargs)
+    fp = fingerprint(bound)
+    key = validate_key(key) if key is not None else spec.key(bound, args, kwargs)
+    store = settings.STORE_ARGUMENTS
+    return Intent(namespace, key, task_name, fp, list(args) if store else None,
+                  kwargs if store else None, options or {})
+
+
+def write_intent(intent: Intent, task_id: str) -> None:
+    """Insert the PENDING intent, or find the key; raise KeyMismatch on other arguments."""
+    with persistence():
+        outcome = get_backend(settings.DATABASE).publish(intent, task_id, timezone.now())
+    row = outcome.row
+    if not outcome.won and row is not None and row.fingerprint != intent.fingerprint:
+        raise KeyMismatch.build(intent.namespace, intent.key, row.fingerprint, intent.fingerprint)
+
+
+def delivery_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The routing part of apply_async options, as JSON (a kombu Queue becomes its name)."""
+    kept = {}
+    for name in ROUTING_OPTIONS:
+        value = options.get(name)
+        if value is not None:
+            kept[name] = getattr(value, "name", value)
+    return kept
+
+
+def running_parent() -> Any:
+    """The idempotent task whose claimed body is running in this worker process, if any."""
+    task = current_app.current_worker_task
+    if task is not None and getattr(task.request, "_idem_claim", None) is not None:
+        return task
+    return None
+
+
+def child_key(parent: Any, child_name: str, args: Any, kwargs: Any) -> str:
+    """A key for a child sent without one: stable across re-runs of the parent."""
+    parts = [parent.namespace, parent.request.idempotency_key, child_name,
+             fingerprint([list(args or ()), dict(kwargs or {})])]
+    return "child-" + hashlib.sha256(canonical_json(parts).encode()).hexdigest()
+
+
+def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
+         key: str | None, publish: Callable[[dict[str, Any]], Any]) -> Any:
+    """Write the intent of ``task(*args, **kwargs)`` and publish its message.
+
+    ``publish(options)`` sends the message (Celery's own ``apply_async``) with the final
+    options: the task id and the headers. Inside an atomic body the message leaves only
+    if the body's transaction commits.
+    """
+    headers = dict(options.pop("headers", None) or {})
+    if key is None and KEY_HEADER in headers:
+        # A re-send that already carries its key: a retry, a wait, a re-dispatch.
+        return publish({**options, "headers": headers})
+    spec: KeySpec = task.key_spec()
+    parent = running_parent()
+    if key is None and spec.per_call and parent is not None:
+        key = child_key(parent, task.name, args, kwargs)
+    job = build_intent(spec, task.namespace, task.name, args, kwargs, key,
+                       delivery_options(options))
+    options["task_id"] = options.get("task_id") or uuid()
+    headers[KEY_HEADER] = job.key
+    write_intent(job, options["task_id"])
+    final = {**options, "headers": headers}
+    if parent is not None and parent.atomic:
+        transaction.on_commit(lambda: publish(final), using=settings.DATABASE)
+        return task.AsyncResult(options["task_id"])
+    return publish(final)
+
+
+def refused_error(request: Any) -> IdempotencyError | None:
+    """The error the publish hook marked this message with, rebuilt, if any."""
+    refused = header(request, ERROR_HEADER)
+    if not refused:
+        return None
+    cls = getattr(errors, str(refused.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, IdempotencyError)):
+        cls = IdempotencyError
+    return cls(refused.get("message") or None)
+
+
+def on_before_task_publish(sender: str | None = None, headers: dict[str, Any] | None = None,
+                           body: Any = None, **_: Any) -> None:
+    """Give a ``send_task`` message of a known idempotent task its key and intent."""
+    if headers is None or KEY_HEADER in headers:
+        return  # apply_async already did the work
+    task = current_app.tasks.get(headers.get("task") or sender or "")
+    key_spec = getattr(task, "key_spec", None)
+    if task is None or key_spec is None:
+        return  # not an idempotent task
+    args, kwargs = (body[0], body[1]) if isinstance(body, list | tuple) else ((), {})
+    try:
+        job = build_intent(key_spec(), task.namespace, task.name, args, kwargs)
+        write_intent(job, headers.get("id", ""))
+    except (IdempotencyError, TypeError) as exc:
+        logger.error("refused send_task(%r): %s", task.name, exc,
+                     extra={"action": "publish_refused"})
+        headers[ERROR_HEADER] = {"type": type(exc).__name__, "message": str(exc)}
+        return
+    headers[KEY_HEADER] = job.key

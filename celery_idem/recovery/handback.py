@@ -1,0 +1,89 @@
+"""The one rule for a claim that goes back: released, uncertain or dead-lettered.
+
+Every path that hands a lost claim back asks ``plan``: the worker's MainProcess when a
+pool child dies under an attempt (``recovery.worker``), a worker's shutdown, the
+recovery pass for a claim past its lease (``recovery.sweep``) and an operator's release
+(``celery_idem.actions``). So a task declared ``on_stale_claim="uncertain"`` (its effect
+must not be repeated blindly) ends UNCERTAIN whichever path notices first, and
+``max_attempts`` counts the same attempts on all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from celery import current_app
+from celery.utils import uuid
+from django.utils import timezone
+
+from ..backends import Backend, Change
+from ..claims import describe_error
+from ..errors import StoredFailure
+from ..states import State
+
+
+@dataclass(frozen=True)
+class HandBack:
+    """The move that hands a claim back, and what a report calls it.
+
+    ``resend``: the job's message is sent again once the move is committed, under the
+    task id the move writes.
+    """
+
+    change: Change
+    action: str
+    resend: bool = False
+
+
+def registered_task(name: str) -> Any:
+    """The task registered as ``name``, if any. Outside a worker (manage.py, a shell),
+    Celery imports autodiscovered task modules only on demand, so import them once."""
+    task = current_app.tasks.get(name)
+    if task is None:
+        current_app.loader.import_default_modules()
+        task = current_app.tasks.get(name)
+    return task
+
+
+def resendable(job: Any) -> bool:
+    """Whether the job's arguments are stored, so its message can be sent again."""
+    return job.args is not None or job.kwargs is not None
+
+
+def plan(backend: Backend, job: Any, task: Any, why: str, *, resend: bool,
+         actor: str = "", attempt: int | None = None) -> HandBack:
+    """How the claim of ``job`` (a RUNNING row) goes back, by ``task``'s declarations.
+
+    ``task``: the registered IdempotentTask, or None when this process does not know it
+    (then the claim is released as asked, with nothing re-declared). ``resend``: send
+    the job again after the move (recovery, an operator); False when something else
+    brings the message back (Celery requeues it when a child is lost). ``attempt``: the
+    attempt the caller saw (default the row's): a newer claim is never handed back.
+    """
+    seen = job.attempt if attempt is None else attempt
+
+    def change(event: str, reason: str, **values: Any) -> Change:
+        return Change(job.id, event, State.RUNNING, attempt=seen, values=values,
+                      worker=job.worker, task_id=job.task_id, reason=reason, actor=actor)
+
+    if task is not None and task.on_stale_claim == "uncertain":
+        return HandBack(change("uncertain", f"{why}; the task must not re-run blindly",
+                               lease_expires_at=None, worker=""), "uncertain")
+    if task is not None:
+        limit = task.effective_max_attempts()
+        if seen >= limit and backend.attempts_since_reset(job.id, seen) >= limit:
+            error = StoredFailure(f"DeadLettered: attempt {seen} lost its worker and "
+                                  f"max_attempts {limit} is reached")
+            return HandBack(change("dead_lettered", f"dead-lettered: {why}",
+                                   lease_expires_at=None, finished_at=timezone.now(),
+                                   error=describe_error(error)), "dead_lettered")
+    if resend and not resendable(job):
+        # Back to PENDING all the same: a redelivered message can claim it at once.
+        return HandBack(change("released", f"{why}; not sent again: no stored arguments",
+                               lease_expires_at=None, worker=""), "skipped")
+    if resend:
+        return HandBack(change("released", why, lease_expires_at=None, worker="",
+                               task_id=uuid(), dispatch_count=job.dispatch_count + 1),
+                        "released", resend=True)
+    return HandBack(change("released", why, lease_expires_at=None, worker=""), "released")

@@ -1,0 +1,218 @@
+"""The worker side: claim the key, run the body under its attempt, commit the outcome.
+
+``IdempotentTask.__call__`` hands every message to ``run``. A won claim runs the body
+holding the attempt number as its fencing token and commits the outcome conditional on
+that attempt; a duplicate replays the stored outcome instead of running; a duplicate
+that meets a live claim applies the task's ``on_in_progress`` policy. In atomic mode the
+claim, the body and the commit are one transaction on the job database.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery.exceptions import Ignore, Reject, Retry
+from django.db import transaction
+from django.utils import timezone
+
+from . import claims
+from .backends import ClaimOutcome, Intent
+from .conf import settings
+from .errors import (
+    ClaimLost,
+    InProgress,
+    KeyMismatch,
+    PersistenceError,
+    ResultNotJSON,
+    StoredFailure,
+)
+from .fingerprints import check_json
+from .producer import KEY_HEADER, build_intent, header, refused_error
+from .states import State
+
+#: Message header counting how often a duplicate has waited for a live claim.
+WAITS_HEADER = "celery_idem_waits"
+
+Body = Callable[..., Any]
+
+
+class Run:
+    """One message of ``task`` on a worker: its intent, its claim, its outcome."""
+
+    def __init__(self, task: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 body: Body) -> None:
+        self.task, self.args, self.kwargs, self.body = task, args, kwargs, body
+        self.request = task.request
+        self.intent: Intent = build_intent(task.key_spec(), task.namespace, task.name, args,
+                                           kwargs, header(self.request, KEY_HEADER))
+        self.request.idempotency_key = self.intent.key
+        self.worker = claims.worker_id(self.request.hostname, os.getpid())
+        self.lease = task.lease_seconds()
+
+    def acquire(self, dedicated: bool = False) -> tuple[ClaimOutcome, claims.Claim | None]:
+        return claims.acquire(self.intent, worker=self.worker, task_id=self.request.id,
+                              lease_seconds=self.lease, using=settings.DATABASE,
+                              dedicated=dedicated)
+
+    # -- default mode --------------------------------------------------------------------
+
+    def plain(self) -> Any:
+        # The bookkeeping of a non-atomic body need not share the body's connection:
+        # celery_idem.connection explains the dedicated one.
+        dedicated = settings.DEDICATED_CONNECTION and not self.request.is_eager
+        try:
+            outcome, claim = self.acquire(dedicated)
+        except PersistenceError as exc:
+            return self.wait(exc)
+        if claim is None:
+            return self.not_claimed(outcome)
+        if self.exhausted(claim):
+            return self.dead_letter(claim)
+        self.request._idem_claim = claim
+        try:
+            result = self.body(*self.args, **self.kwargs)
+        except Retry as exc:
+            claim.schedule_retry(_retry_eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500])
+            raise
+        except (Ignore, Reject) as exc:
+            claim.release(f"the body raised {type(exc).__name__}")
+            raise
+        except Exception as exc:
+            claim.fail(exc)
+            raise
+        except BaseException:
+            # Worker shutdown or interrupt: hand the key back rather than wait for the lease.
+            claim.release("the worker stopped during the body")
+            raise
+        try:
+            storable(result)
+        except ResultNotJSON as error:
+            claim.fail(error)
+            raise
+        claim.succeed(result)
+        return result
+
+    # -- atomic mode ---------------------------------------------------------------------
+
+    def atomic(self) -> Any:
+        using = settings.DATABASE
+        try:
+            with transaction.atomic(using=using):
+                outcome, claim = self.acquire()
+                if claim is not None:
+                    if self.exhausted(claim):
+                        return self.dead_letter(claim)
+                    self.request._idem_claim = claim
+                    result = self.body(*self.args, **self.kwargs)
+                    storable(result)
+                    if not claim.succeed(result):
+                        raise ClaimLost(
+                            f"attempt {claim.attempt} lost its claim; its writes roll back")
+                    return result
+        except ClaimLost:
+            raise
+        except Retry as exc:
+            # The body's writes and the claim rolled back; record the attempt and the retry.
+            eta = _retry_eta(exc)
+            self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry"))
+            raise
+        except (Ignore, Reject):
+            raise  # rolled back to PENDING, which is where a released claim goes
+        except PersistenceError as exc:
+            if getattr(self.request, "_idem_claim", None) is None:
+                return self.wait(exc)
+            raise
+        except Exception as exc:
+            error = exc
+            self.record_rolled_back(lambda c: c.fail(error))
+            raise
+        return self.not_claimed(outcome)
+
+    def record_rolled_back(self, commit: Callable[[claims.Claim], Any]) -> None:
+        """After an atomic body rolled back, claim again and record how the attempt ended."""
+        with transaction.atomic(using=settings.DATABASE):
+            _, claim = self.acquire()
+            if claim is not None:
+                commit(claim)
+
+    # -- attempts, duplicates, waits -----------------------------------------------------
+
+    def exhausted(self, claim: claims.Claim) -> bool:
+        limit = self.task.effective_max_attempts()
+        # Only past the limit is the history read: a reset job starts a fresh budget.
+        return claim.attempt > limit and claim.attempts() > limit
+
+    def dead_letter(self, claim: claims.Claim) -> Any:
+        error = StoredFailure(
+            f"DeadLettered: attempt {claim.attempt} exceeds max_attempts "
+            f"{self.task.effective_max_attempts()}")
+        claim.fail(error, "dead_lettered", "dead-lettered")
+        raise error
+
+    def not_claimed(self, outcome: ClaimOutcome) -> Any:
+        """A duplicate: replay the stored outcome, or apply the in-progress policy."""
+        row, intent = outcome.row, self.intent
+        if row is None:
+            raise PersistenceError(f"job {intent.namespace}:{intent.key} vanished mid-claim")
+        if row.fingerprint != intent.fingerprint:
+            raise KeyMismatch.build(intent.namespace, intent.key, row.fingerprint,
+                                    intent.fingerprint)
+        if row.state is State.SUCCEEDED:
+            return row.result
+        if row.state is State.FAILED:
+            raise StoredFailure.from_record(row.error)
+        if row.state is State.UNCERTAIN:
+            raise InProgress(f"job {intent.namespace}:{intent.key} is UNCERTAIN: "
+                             "an operator must mark it succeeded or retry it")
+        # RUNNING under a live lease, or PENDING that another claim is taking right now.
+        policy = self.task.on_in_progress
+        if policy == "raise":
+            raise InProgress(f"job {intent.namespace}:{intent.key} is running "
+                             f"(attempt {row.attempt})")
+        if policy == "ignore":
+            raise Ignore()
+        return self.wait(InProgress(f"attempt {row.attempt} holds the claim"))
+
+    def wait(self, reason: Exception) -> Any:
+        """Re-queue this message with backoff, without counting against max_retries."""
+        request = self.request
+        if request.is_eager:
+            raise reason
+        waits = int(header(request, WAITS_HEADER) or 0)
+        countdown = min(settings.IN_PROGRESS_MAX_BACKOFF,
+                        settings.IN_PROGRESS_BACKOFF * 2 ** min(waits, 16))
+        headers = {**(request.headers or {}), KEY_HEADER: request.idempotency_key,
+                   WAITS_HEADER: waits + 1}
+        sig = self.task.signature_from_request(request, self.args, self.kwargs,
+                                               countdown=countdown, headers=headers)
+        sig.apply_async()
+        raise Retry(exc=reason, when=countdown, sig=sig)
+
+
+def run(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], body: Body) -> Any:
+    """Run one message of the idempotent ``task``; ``body`` is the task's own body."""
+    refused = refused_error(task.request)
+    if refused is not None:
+        raise refused
+    message = Run(task, args, kwargs, body)
+    return message.atomic() if task.atomic else message.plain()
+
+
+def storable(result: Any) -> None:
+    """Raise ResultNotJSON unless ``result`` can be stored and replayed."""
+    try:
+        check_json(result, "the task's result")
+    except TypeError as exc:
+        raise ResultNotJSON(str(exc)) from exc
+
+
+def _retry_eta(exc: Retry) -> datetime | None:
+    when = exc.when
+    if isinstance(when, datetime):
+        return when
+    if isinstance(when, int | float):
+        return timezone.now() + timedelta(seconds=when)
+    return None

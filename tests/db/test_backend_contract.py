@@ -1,0 +1,150 @@
+"""The backend contract: memory, portable (ORM) and PostgreSQL render the same moves.
+
+Each test drives a backend through its public steps only and checks what it reports
+and what it recorded, so the three renderings cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from celery_idem.backends import Change, Claimant, Intent, get_backend
+from celery_idem.backends.generic import GenericBackend
+from celery_idem.errors import InvalidTransition
+from celery_idem.models import Transition
+from celery_idem.states import State, stale_q
+from celery_idem.testing import InMemoryBackend
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KINDS = ["memory", "generic"] + (["native"] if settings.DATABASE_KIND == "postgres" else [])
+
+
+@pytest.fixture(params=KINDS)
+def store(request):
+    if request.param == "memory":
+        return InMemoryBackend()
+    return GenericBackend("default") if request.param == "generic" else get_backend("default")
+
+
+def history(store, job_id):
+    """(event, from, to, attempt) of the job's history lines, in order."""
+    if isinstance(store, InMemoryBackend):
+        lines = [(h.event, h.from_state, h.to_state, h.attempt) for h in store.history
+                 if h.job_id == job_id]
+    else:
+        lines = list(Transition.objects.filter(job_id=job_id).order_by("id")
+                     .values_list("event", "from_state", "to_state", "attempt"))
+    return [(e, f and State(f), State(t), a) for e, f, t, a in lines]
+
+
+def intent(key="k", fingerprint="fp"):
+    return Intent("ns", key, "tests.task", fingerprint, [1], {}, {"queue": "q"})
+
+
+def claimant(task_id="t-1", lease=60, now=None):
+    now = now or timezone.now()
+    return Claimant("host/1", task_id, now, now + timedelta(seconds=lease))
+
+
+def test_publish_inserts_once_and_reports_the_existing_row(store):
+    first = store.publish(intent(), "t-0", timezone.now())
+    again = store.publish(intent(fingerprint="other"), "t-9", timezone.now())
+    assert first.won and first.row.state is State.PENDING and first.row.attempt == 0
+    assert not again.won and again.row.id == first.row.id and again.row.fingerprint == "fp"
+    assert history(store, first.row.id) == [("published", None, State.PENDING, 0)]
+
+
+def test_claim_then_duplicate_replays_and_records(store):
+    job = store.publish(intent(), "t-0", timezone.now()).row
+    won = store.claim("claimed", intent(), claimant())
+    assert won.won and won.row.attempt == 1 and won.row.state is State.RUNNING
+    assert store.apply(Change(job.id, "succeeded", State.RUNNING, attempt=1,
+                              values={"result": {"ok": True}}), timezone.now())
+    dup = store.claim("claimed", intent(), claimant("t-2"))
+    assert not dup.won and dup.recorded and dup.row.result == {"ok": True}
+    other = store.claim("claimed", intent(fingerprint="x"), claimant("t-3"))
+    assert not other.won and not other.recorded
+    assert [e for e, *_ in history(store, job.id)] == [
+        "published", "claimed", "succeeded", "duplicate"]
+
+
+def test_claim_new_inserts_running_or_reports_the_row(store):
+    won = store.claim_new(intent(), claimant(), "no intent was published")
+    lost = store.claim_new(intent(), claimant("t-2"), "no intent was published")
+    assert won.won and won.row.state is State.RUNNING and won.row.attempt == 1
+    assert not lost.won and lost.row.id == won.row.id
+    assert history(store, won.row.id) == [("claimed", None, State.RUNNING, 1)]
+
+
+def test_take_over_needs_an_expired_lease(store):
+    past = timezone.now() - timedelta(minutes=5)
+    store.publish(intent(), "t-0", past)
+    store.claim("claimed", intent(), claimant(now=past, lease=60))
+    live = store.claim("taken_over", intent(), claimant("t-live", lease=600,
+                                                         now=past + timedelta(seconds=30)))
+    taken = store.claim("taken_over", intent(), claimant("t-2"))
+    assert not live.won and taken.won and taken.row.attempt == 2
+
+
+def test_fenced_moves_lose_to_a_newer_attempt(store):
+    past = timezone.now() - timedelta(minutes=5)
+    job = store.publish(intent(), "t-0", past).row
+    store.claim("claimed", intent(), claimant(now=past, lease=60))
+    store.claim("taken_over", intent(), claimant("t-2"))
+    now = timezone.now()
+    assert not store.apply(Change(job.id, "succeeded", State.RUNNING, attempt=1,
+                                  values={"result": 1}), now)
+    assert store.apply(Change(job.id, "late_finish", State.RUNNING, attempt=1), now)
+    assert store.apply(Change(job.id, "heartbeat", State.RUNNING, attempt=2,
+                              values={"lease_expires_at": now}), now)
+    assert history(store, job.id)[-1] == ("late_finish", State.RUNNING, State.RUNNING, 1)
+
+
+def test_the_table_refuses_what_it_does_not_allow(store):
+    job = store.publish(intent(), "t-0", timezone.now()).row
+    now = timezone.now()
+    for change in [
+        Change(job.id, "succeeded", State.PENDING, attempt=0),           # wrong source
+        Change(job.id, "released", State.RUNNING, values={}),            # fenced, no attempt
+        Change(job.id, "reset", State.FAILED, attempt=0, values={"result": 1}),  # column
+        Change(job.id, "redispatched", State.PENDING, attempt=0),        # no dispatch count
+    ]:
+        with pytest.raises(InvalidTransition):
+            store.apply(change, now)
+    with pytest.raises(InvalidTransition):
+        store.claim("succeeded", intent(), claimant())
+    assert history(store, job.id) == [("published", None, State.PENDING, 0)]
+
+
+def test_redispatch_is_guarded_by_the_dispatch_count(store):
+    job = store.publish(intent(), "t-0", timezone.now()).row
+    change = Change(job.id, "redispatched", State.PENDING, attempt=0, dispatch_count=0,
+                    values={"dispatch_count": 1, "task_id": "t-again"})
+    assert store.apply(change, timezone.now())
+    assert not store.apply(change, timezone.now())  # a second pass that saw count 0
+
+
+def test_batches_move_the_matching_rows_and_count_resets(store):
+    past = timezone.now() - timedelta(minutes=5)
+    ids = []
+    for n in range(3):
+        ids.append(store.publish(intent(f"k{n}"), "t-0", past).row.id)
+        store.claim("claimed", intent(f"k{n}"), claimant(f"t-{n}", now=past, lease=1))
+    with store.locked_batch(stale_q(timezone.now()), 0, 10) as jobs:
+        assert [j.id for j in jobs] == ids
+        moved = store.apply_batch([
+            Change(ids[0], "released", State.RUNNING, 1, values={"lease_expires_at": None}),
+            Change(ids[1], "released", State.RUNNING, 7, values={"lease_expires_at": None}),
+            Change(ids[2], "dead_lettered", State.RUNNING, 1,
+                   values={"error": {"type": "X"}}),
+        ], timezone.now())
+    assert moved == {ids[0], ids[2]}
+    assert store.apply(Change(ids[2], "reset", State.FAILED, attempt=1), timezone.now())
+    assert store.attempts_since_reset(ids[2], 3) == 2
+    assert store.attempts_since_reset(ids[0], 3) == 3
+    assert store.task_names(10) == ["tests.task"]

@@ -1,0 +1,60 @@
+"""celery_idem.testing: users' own tests run idempotent tasks in memory, no database."""
+
+from __future__ import annotations
+
+import pytest
+from celery import shared_task
+
+from celery_idem import IdempotentTask, StoredFailure
+from celery_idem.testing import InMemoryBackend, use_backend
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="mem/{n}", name="tests.mem")
+def remember(self, n):
+    calls.append((n, self.attempt))
+    return {"n": n, "attempt": self.attempt}
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="memfail/{n}",
+             name="tests.memfail")
+def refuse(self, n):
+    raise ValueError(f"no {n}")
+
+
+calls: list[tuple[int, int]] = []
+
+
+@pytest.fixture(autouse=True)
+def fresh_calls():
+    calls.clear()
+
+
+def test_eager_duplicates_replay_from_memory():
+    """Two eager runs of one key: one body call, the same result, the history in memory."""
+    with use_backend(InMemoryBackend()) as store:
+        first = remember.apply(args=(7,)).get()
+        second = remember.apply(args=(7,)).get()
+    assert first == second == {"n": 7, "attempt": 1}
+    assert calls == [(7, 1)]
+    assert store.job("mem/7").state == "SUCCEEDED"
+    assert store.events("mem/7") == ["claimed", "succeeded", "duplicate"]
+
+
+def test_a_stored_failure_is_replayed():
+    """The key failed once; a duplicate re-raises the stored failure without running."""
+    with use_backend(InMemoryBackend()) as store:
+        with pytest.raises(ValueError):
+            refuse.apply(args=(1,), throw=True)
+        with pytest.raises(StoredFailure, match="ValueError: no 1"):
+            refuse.apply(args=(1,), throw=True)
+    assert store.job("memfail/1").state == "FAILED"
+
+
+def test_the_switch_ends_with_the_block():
+    """Outside the block the library is back on its own backend."""
+    from celery_idem.backends import _override, get_backend
+
+    store = InMemoryBackend()
+    with use_backend(store):
+        assert get_backend("default") is store
+    assert not _override
