@@ -45,8 +45,9 @@ class Provider:
     charges: list[dict[str, Any]] = field(default_factory=list)
     #: every POST seen: (idempotency key or None, the answer's status)
     requests: list[tuple[str | None, int]] = field(default_factory=list)
-    _by_key: dict[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _by_key: dict[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict,
+                                                                    repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     urls = Map([
         Rule("/v1/charges", methods=["POST"], endpoint="create"),
