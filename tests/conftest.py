@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from django_app.fakes.provider import RunningProvider
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -39,3 +44,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             if IN_CI:
                 pytest.exit(f"PostgreSQL is required in CI and not reachable: {exc}", 1)
             pytest.exit(f"IDEM_DATABASE=postgres but PostgreSQL is not reachable: {exc}", 1)
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[RunningProvider]:
+    """The fake payment provider (django_app/fakes/provider.py) on a free port of
+    127.0.0.1, fresh for each test; ``.url`` for workers, ``.provider`` to inspect it."""
+    from django_app.fakes.provider import serve
+
+    with serve() as running:
+        yield running

@@ -7,10 +7,12 @@ import time
 from pathlib import Path
 
 from celery import shared_task
+from django.db.models import F
 
 from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask
 
-from .models import Effect
+from ..fakes.client import create_charge
+from .models import Effect, Stock, StockDeduction
 
 
 def _effect(task, **value) -> Effect:
@@ -125,3 +127,46 @@ def wait_for_file_atomic(self, name, folder):
     while not flag.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return name
+
+
+def _hold(folder: str, name: str) -> None:
+    """Touch ``folder/name.started`` (with this pid), then block until ``folder/name``
+    exists: a crash test kills the process in between."""
+    Path(folder, f"{name}.started").write_text(str(os.getpid()))
+    flag = Path(folder) / name
+    deadline = time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="charge/{order_id}",
+             autoretry_for=(OSError,), max_retries=3, retry_backoff=True)
+def charge_card(self, order_id, cents, provider_url, folder=None):
+    """External keys: the provider's ``Idempotency-Key`` is ``self.external_key("charge")``,
+    the same on every attempt, so a re-run after a crash gets the stored charge back.
+    A network error (OSError) is retried with the same key. ``folder``: hold after the
+    charge, before the commit (crash tests)."""
+    charge = create_charge(provider_url, amount=cents, currency="eur",
+                           reference=f"order-{order_id}",
+                           idempotency_key=self.external_key("charge"))
+    if folder:
+        _hold(folder, f"charge-{order_id}")
+    return {"charge": charge["id"], "amount": charge["amount"], "attempt": self.attempt}
+
+
+@shared_task(base=IdempotentTask, bind=True, atomic=True,
+             idempotency_key="stock/{order_id}/{sku}")
+def deduct_stock_once(self, order_id, sku, qty, folder=None):
+    """Check-then-act in the job's transaction: lock the product, look for this order's
+    deduction, deduct and record it, all committed with the job or not at all.
+    ``folder``: hold after the deduction, before the commit (crash tests)."""
+    # The lock makes a second deduction of this order (under another key) wait for the
+    # first to commit, so its check sees the record instead of tripping the constraint.
+    stock = Stock.objects.select_for_update().get(sku=sku)
+    if StockDeduction.objects.filter(order_id=order_id, sku=sku).exists():
+        return {"deducted": 0, "quantity": stock.quantity}
+    Stock.objects.filter(pk=stock.pk).update(quantity=F("quantity") - qty)
+    StockDeduction.objects.create(order_id=order_id, sku=sku, quantity=qty, attempt=self.attempt)
+    if folder:
+        _hold(folder, f"stock-{order_id}-{sku}")
+    return {"deducted": qty, "quantity": stock.quantity - qty}
