@@ -20,6 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from celery import Task
+from celery.signals import worker_process_shutdown, worker_shutdown
 
 from .errors import ConfigurationError, InvalidLease
 from .keys import body_signature
@@ -31,6 +32,28 @@ logger = logging.getLogger("celery_idem.leader")
 
 #: What a skipped tick logs as ``extra={"action": ...}``.
 SKIP_ACTION = "leader_tick_skipped"
+
+#: The leases this process holds, so that a worker shutting down hands them over at once
+#: instead of leaving its shards without a coordinator until the leases expire.
+_held: dict[tuple[str, str], Lease] = {}
+
+
+def release_held(**_: Any) -> None:
+    """Release every lease this process holds (on worker and pool-process shutdown)."""
+    from . import leases
+
+    for key, lease in list(_held.items()):
+        _held.pop(key, None)
+        try:
+            leases.release(lease)
+        except Exception:  # shutting down: the lease expires by itself
+            logger.warning("could not release lease %r at shutdown", lease.name, exc_info=True)
+
+
+# A prefork child sends worker_process_shutdown; solo and threads pools run ticks in the
+# main process, which sends worker_shutdown.
+worker_process_shutdown.connect(release_held, weak=False)
+worker_shutdown.connect(release_held, weak=False)
 
 
 def _check_shard(task_name: str, template: Any, signature: inspect.Signature) -> None:
@@ -77,7 +100,7 @@ class LeaderTask(Task):
       ``"tenant/{tenant_id}"``. Tasks with the same shard share one leader.
     - ``lease``: seconds the lease lives; the holder renews it on each tick it runs, so
       make it a few tick intervals, and longer than a body runs (``self.renew_lease()``
-      extends it from inside a long body).
+      extends it from inside a long body). A worker shutting down releases its leases.
 
     Inside the body: ``self.lease_name``, ``self.fencing_token`` and
     ``self.check_lease()``, the fencing check a write makes in its transaction.
@@ -177,11 +200,13 @@ class LeaderTask(Task):
         holder = holder_id(request.hostname)
         lease = leases.acquire(name, holder, float(self.lease))  # type: ignore[arg-type]
         if lease is None:
+            _held.pop((name, holder), None)
             leases.record_skip(name)
             logger.info("%s: tick skipped, another worker holds %r", self.name, name,
                         extra={"action": SKIP_ACTION, "lease": name, "holder": holder,
                                "task": self.name, "task_id": request.id})
             return None
+        _held[(name, holder)] = lease
         request._leader_lease = lease
         # The tracer already pushed this request (worker and eager alike): calling run
         # directly keeps it, where Task.__call__ would push a bare one.

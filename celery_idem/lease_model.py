@@ -6,6 +6,8 @@ change independently.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -42,6 +44,6 @@ class Lease(models.Model):
     def __str__(self) -> str:
         return f"{self.name} [{self.holder} #{self.token}]"
 
-    def is_live(self, now=None) -> bool:
+    def is_live(self, now: datetime | None = None) -> bool:
         """Whether the lease has not expired at ``now`` (default: the current time)."""
         return self.expires_at > (now or timezone.now())

@@ -1,6 +1,7 @@
 """Two real workers contend for one shard's coordinator ticks (sent twice per cycle, as by
 two beat instances): one holder runs them at a time; when it is SIGKILLed, the other
-takes over once the lease expires, and a write with the old token is refused."""
+takes over once the lease expires, and a write with the old token is refused; a holder
+stopped warmly releases its lease."""
 
 from __future__ import annotations
 
@@ -86,3 +87,11 @@ def test_one_holder_at_a_time_and_takeover_after_the_holder_is_killed(workers, t
         fenced_effect(NAME, old.token, phase="zombie")
     assert not Effect.objects.filter(key=NAME, value__phase="zombie").exists()
     assert overlaps() == 0, "two bodies of the shard ran at once"
+
+    # A warm shutdown hands the shard over at once instead of leaving it for the lease.
+    held = Lease.objects.get(name=NAME)
+    assert held.is_live()
+    survivor.stop()
+    released = Lease.objects.get(name=NAME)
+    assert released.token == held.token
+    assert not released.is_live(), "the stopped holder kept its lease"
