@@ -26,3 +26,20 @@ def contend(env: dict[str, str], kind: str, start: str, barrier, results, rounds
         barrier.wait(timeout=120)
         lease = leases.acquire("race", f"pid-{os.getpid()}", 50)
         results.put((n, os.getpid(), lease.token if lease else None))
+
+
+def acquire_once(env: dict[str, str], kind: str, now: str, results) -> None:
+    """Acquire lease ``tenant/1`` for holder ``b`` at the clock ``now``; report its token."""
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.utils import timezone
+
+    from celery_idem import leases
+
+    if kind == "portable":
+        leases._sql = lambda using: leases.PORTABLE
+    timezone.now = lambda: datetime.fromisoformat(now)
+    lease = leases.acquire("tenant/1", "b", 10)
+    results.put(lease.token if lease else None)

@@ -4,7 +4,7 @@ SQLite), with a clock the tests move."""
 
 from __future__ import annotations
 
-import threading
+import multiprocessing
 from datetime import timedelta
 
 import pytest
@@ -17,6 +17,8 @@ from celery_idem import leases
 from celery_idem.errors import IdempotencyError, InvalidLease, LeaseLost
 from celery_idem.models import Lease
 from tests.integration.workers import wait_until
+
+from .lease_contender import acquire_once
 
 KINDS = ["native", "portable"] if settings.DATABASE_KIND == "postgres" else ["portable"]
 
@@ -186,26 +188,39 @@ def test_a_skip_is_counted_on_the_lease_row(clock):
 @pytest.mark.django_db(transaction=True)
 def test_a_takeover_waits_for_the_transaction_that_checked_the_old_token(sql, clock):
     """The check locks the lease row until the write's transaction ends, so the newer
-    token is granted only after the old holder's checked write has committed."""
+    token is granted (in another process) only after the old holder's checked write has
+    committed."""
     old = leases.acquire("tenant/1", "a", 10)
     clock.advance(10)
-    taken = []
-    contender = threading.Thread(target=lambda: (
-        taken.append(leases.acquire("tenant/1", "b", 10)), connection.close()))
-    with transaction.atomic():
-        leases.check("tenant/1", old.token)
-        contender.start()
+    env = {"IDEM_DB_NAME": str(connection.settings_dict["NAME"]),
+           "IDEM_DATABASE": settings.DATABASE_KIND,
+           "DJANGO_SETTINGS_MODULE": "django_app.settings"}
+    kind = "native" if sql is leases.POSTGRES else "portable"
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    contender = ctx.Process(target=acquire_once,
+                            args=(env, kind, clock.now.isoformat(), results))
+    try:
+        with transaction.atomic():
+            leases.check("tenant/1", old.token)
+            contender.start()
 
-        def waiting_on_the_lock() -> bool:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid <> "
-                               "pg_backend_pid() AND wait_event_type = 'Lock' "
-                               "AND datname = current_database()")
-                return cursor.fetchone()[0] == 1
-        wait_until(waiting_on_the_lock, 30, 0.02, "the takeover to wait for the lock")
-        assert not taken
-    contender.join(30)
-    assert taken and (taken[0].holder, taken[0].token) == ("b", 2)
+            def waiting_on_the_lock() -> bool:
+                with connection.cursor() as cursor:
+                    # Inside a transaction the statistics views keep their first snapshot.
+                    cursor.execute("SELECT pg_stat_clear_snapshot()")
+                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid <> "
+                                   "pg_backend_pid() AND wait_event_type = 'Lock' "
+                                   "AND datname = current_database()")
+                    return cursor.fetchone()[0] == 1 or not results.empty()
+            wait_until(waiting_on_the_lock, 60, 0.05, "the takeover to wait for the lock")
+            assert results.empty(), "the takeover did not wait for the checked write"
+        assert results.get(timeout=60) == 2
+    finally:
+        contender.join(timeout=60)
+        if contender.is_alive():
+            contender.kill()
+    assert Lease.objects.get(name="tenant/1").holder == "b"
 
 
 class TestAdmin:
