@@ -32,6 +32,8 @@ logger = logging.getLogger("celery_idem.leader")
 
 #: What a skipped tick logs as ``extra={"action": ...}``.
 SKIP_ACTION = "leader_tick_skipped"
+#: What a body that ran past its lease logs (at WARNING).
+OVERRUN_ACTION = "leader_lease_overrun"
 
 #: The leases this process holds, so that a worker shutting down hands them over at once
 #: instead of leaving its shards without a coordinator until the leases expire.
@@ -210,4 +212,11 @@ class LeaderTask(Task):
         request._leader_lease = lease
         # The tracer already pushed this request (worker and eager alike): calling run
         # directly keeps it, where Task.__call__ would push a bare one.
-        return self.run(*args, **kwargs)
+        result = self.run(*args, **kwargs)
+        if not lease.is_live():
+            # Another worker may have run a tick of this shard meanwhile: only the writes
+            # that checked the token were safe. The lease is too short for this body.
+            logger.warning("%s: the body outlived its lease on %r (%s s)", self.name, name,
+                           self.lease, extra={"action": OVERRUN_ACTION, "lease": name,
+                                              "holder": holder, "task": self.name})
+        return result

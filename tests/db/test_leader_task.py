@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from celery_idem import LeaderTask, leases
 from celery_idem.errors import LeaseLost
-from celery_idem.leader import SKIP_ACTION
+from celery_idem.leader import OVERRUN_ACTION, SKIP_ACTION
 from celery_idem.models import Lease
 from django_app.celery import app
 
@@ -79,3 +79,17 @@ def test_the_body_renews_and_its_fencing_check_fails_once_the_shard_is_taken():
 
     with pytest.raises(LeaseLost, match="fenced out"):
         taken_mid_body.apply((1,)).get()
+
+
+def test_a_body_that_outlives_its_lease_is_logged(monkeypatch, caplog):
+    @app.task(base=LeaderTask, bind=True, shard="tenant/{tenant_id}", lease=30,
+              name="tests.leader_tick_slow", shared=False)
+    def slow(self, tenant_id):
+        later = timezone.now() + timedelta(seconds=31)
+        monkeypatch.setattr(timezone, "now", lambda: later)  # the body ran 31 s
+        return self.fencing_token
+
+    with caplog.at_level(logging.WARNING, logger="celery_idem.leader"):
+        assert slow.apply((1,)).get() == 1
+    [record] = [r for r in caplog.records if getattr(r, "action", None) == OVERRUN_ACTION]
+    assert record.lease == "tenant/1"
