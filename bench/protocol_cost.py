@@ -260,7 +260,7 @@ def reaper_paths(tag: str) -> dict[str, Any]:
     try:
         from celery_idem.recovery import reap
     except ImportError as exc:
-        return {"recovery pass": {"pending": f"celery_idem.reaper not importable: {exc}"}}
+        return {"recovery pass": {"pending": f"celery_idem.recovery not importable: {exc}"}}
     from django.db import connection
 
     from django_app.effects import bench_tasks as t

@@ -219,7 +219,7 @@ def recovery(stale: int, sample_keys: list[str]) -> dict[str, Any]:
     try:
         from celery_idem.recovery import reap
     except ImportError as exc:
-        return {"pending": f"celery_idem.reaper not importable: {exc}"}
+        return {"pending": f"celery_idem.recovery not importable: {exc}"}
     from datetime import UTC, datetime
 
     from django.db import connection

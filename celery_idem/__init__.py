@@ -15,14 +15,17 @@ from .errors import (
     IdempotencyError,
     InProgress,
     InvalidKey,
+    InvalidLease,
     InvalidTransition,
     KeyMismatch,
+    LeaseLost,
     MissingKey,
     PersistenceError,
     ResultNotJSON,
     StoredFailure,
 )
 from .keys import ALL_ARGUMENTS, PER_CALL
+from .leader import LeaderTask
 from .task import IdempotentTask
 
 try:
@@ -35,6 +38,8 @@ __all__ = [
     "IdempotentTask",
     "ALL_ARGUMENTS",
     "PER_CALL",
+    # leader-owned coordinators (celery_idem.leases for the leases themselves)
+    "LeaderTask",
     # errors
     "IdempotencyError",
     "ArgumentsNotJSON",
@@ -43,8 +48,10 @@ __all__ = [
     "ConfigurationError",
     "InProgress",
     "InvalidKey",
+    "InvalidLease",
     "InvalidTransition",
     "KeyMismatch",
+    "LeaseLost",
     "MissingKey",
     "PersistenceError",
     "ResultNotJSON",

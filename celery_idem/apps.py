@@ -17,6 +17,7 @@ class CeleryIdemConfig(AppConfig):
         # live as long as the process; each side effect has exactly one trigger.
         from celery import signals
 
+        from .leader import release_held
         from .producer import on_before_task_publish
         from .recovery.worker import on_worker_shutdown
 
@@ -24,3 +25,9 @@ class CeleryIdemConfig(AppConfig):
             on_before_task_publish, weak=False, dispatch_uid="celery_idem.publish")
         signals.worker_shutdown.connect(
             on_worker_shutdown, weak=False, dispatch_uid="celery_idem.worker_shutdown")
+        # A leader hands its shards over at once when it stops: a prefork child sends
+        # worker_process_shutdown; solo and threads pools tick in the main process.
+        signals.worker_process_shutdown.connect(
+            release_held, weak=False, dispatch_uid="celery_idem.leases_child")
+        signals.worker_shutdown.connect(
+            release_held, weak=False, dispatch_uid="celery_idem.leases_worker")

@@ -84,6 +84,14 @@ class StoredFailure(IdempotencyError):
         return cls(f"{error.get('type', 'Exception')}: {error.get('message', '')}", error)
 
 
+class LeaseLost(IdempotencyError):
+    """The lease is gone or a newer holder has it: this holder's token is fenced out."""
+
+
+class InvalidLease(IdempotencyError, ValueError):
+    """A lease needs a non-empty name and holder that fit their columns and seconds > 0."""
+
+
 class PersistenceError(IdempotencyError):
     """The job database could not be read or written; the body did not run unclaimed."""
 
@@ -96,8 +104,10 @@ __all__ = [
     "IdempotencyError",
     "InProgress",
     "InvalidKey",
+    "InvalidLease",
     "InvalidTransition",
     "KeyMismatch",
+    "LeaseLost",
     "MissingKey",
     "PersistenceError",
     "ResultNotJSON",

@@ -72,29 +72,12 @@ class KeySpec:
         self._check_template(source)
 
     def _check_template(self, template: str) -> None:
-        params = self.signature.parameters
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-        except ValueError as exc:
-            raise ConfigurationError(f"task {self.task_name}: bad key template: {exc}") from exc
+        fields = check_template(self.task_name, template, self.signature, "key")
         if not fields:
             raise ConfigurationError(
                 f"task {self.task_name}: key template {template!r} names no argument, so "
                 "every call would share one key; use PER_CALL if that is what you mean"
             )
-        for field in fields:
-            root = field.split(".", 1)[0].split("[", 1)[0]
-            if not root or root.isdigit():
-                raise ConfigurationError(
-                    f"task {self.task_name}: key template fields must name parameters, "
-                    f"got {{{field}}}"
-                )
-            if root not in params and not takes_any:
-                raise ConfigurationError(
-                    f"task {self.task_name}: key template names {root!r}, which is not a "
-                    f"parameter of the task (it has: {', '.join(params) or 'none'})"
-                )
 
     @property
     def per_call(self) -> bool:
@@ -125,6 +108,31 @@ class KeySpec:
                     f"arguments: {exc!r}"
                 ) from exc
         return validate_key(source(*args, **kwargs))
+
+
+def check_template(task_name: str, template: str, signature: inspect.Signature,
+                   what: str) -> list[str]:
+    """The fields of a format ``template`` over a task's parameters (a key, a shard
+    name), each checked to name a parameter; a bad one is a ConfigurationError."""
+    params = signature.parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ConfigurationError(f"task {task_name}: bad {what} template: {exc}") from exc
+    for field in fields:
+        root = field.split(".", 1)[0].split("[", 1)[0]
+        if not root or root.isdigit():
+            raise ConfigurationError(
+                f"task {task_name}: {what} template fields must name parameters, "
+                f"got {{{field}}}"
+            )
+        if root not in params and not takes_any:
+            raise ConfigurationError(
+                f"task {task_name}: {what} template names {root!r}, which is not a "
+                f"parameter of the task (it has: {', '.join(params) or 'none'})"
+            )
+    return fields
 
 
 def body_signature(run: Any) -> inspect.Signature:

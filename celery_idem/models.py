@@ -1,4 +1,7 @@
-"""The job row per (namespace, key), its append-only transition history, and checkpoints."""
+"""The job row per (namespace, key), its append-only transition history, and checkpoints.
+
+The lease behind leader-owned coordinators lives in ``lease_model`` and is exported here.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .keys import KEY_MAX_LENGTH
+from .lease_model import Lease
 from .managers import JobQuerySet
 from .states import STATE_CHOICES, State
 
@@ -139,3 +143,6 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.step} (attempt {self.attempt})"
+
+
+__all__ = ["Checkpoint", "Job", "Lease", "Transition"]

@@ -1,12 +1,15 @@
-"""The Django admin for jobs: list, read-only history, and operator actions (docs/admin.md)."""
+"""The Django admin for jobs: list, read-only history, and operator actions (docs/admin.md), and
+the read-only page of leases."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import Job
+from ..models import Job, Lease
 from .job import JobAdmin
+from .leases import LeaseAdmin
 
 admin.site.register(Job, JobAdmin)
+admin.site.register(Lease, LeaseAdmin)
 
-__all__ = ["JobAdmin"]
+__all__ = ["JobAdmin", "LeaseAdmin"]

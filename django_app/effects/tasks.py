@@ -9,7 +9,7 @@ from pathlib import Path
 from celery import shared_task
 from django.db.models import F
 
-from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask
+from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask, LeaderTask
 
 from ..fakes.client import create_charge
 from .models import Effect, Stock, StockDeduction
@@ -170,3 +170,63 @@ def deduct_stock_once(self, order_id, sku, qty, folder=None):
     if folder:
         _hold(folder, f"stock-{order_id}-{sku}")
     return {"deducted": qty, "quantity": stock.quantity - qty}
+
+# -- leader-owned coordinators (celery_idem.LeaderTask) ------------------------------------
+
+
+def fenced_effect(name: str, token: int, **value) -> Effect:
+    """A coordinator's write: checked against its fencing token in its own transaction, so
+    a holder that lost the shard cannot land it (raises LeaseLost)."""
+    from django.db import transaction
+
+    from celery_idem import leases
+
+    with transaction.atomic():
+        leases.check(name, token)
+        return Effect.objects.create(key=name, value=value, attempt=token, pid=os.getpid())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a SIGKILLed process nobody reaped yet is dead too
+
+
+def _enter_alone(marker: Path) -> bool:
+    """Create ``marker`` holding this pid; False if a live process holds it (an overlap)."""
+    while True:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                other = int(marker.read_text())
+            except (FileNotFoundError, ValueError):
+                return False  # another body is entering right now
+            if _alive(other):
+                return False
+            marker.unlink(missing_ok=True)  # left by a killed holder
+            continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+
+
+@shared_task(base=LeaderTask, bind=True, shard="coord/{shard}", lease=4)
+def coordinator_tick(self, shard, folder, hold=0.2):
+    """A coordinator tick: records a fenced effect per run, and an ``overlap/`` effect if
+    it finds another live body of the same shard running (``folder/<shard>.running``)."""
+    from django.utils import timezone
+
+    marker = Path(folder) / f"{shard}.running"
+    if not _enter_alone(marker):
+        Effect.objects.create(key=f"overlap/{shard}", pid=os.getpid(), attempt=self.fencing_token)
+        return "overlap"
+    try:
+        fenced_effect(self.lease_name, self.fencing_token, at=timezone.now().isoformat(),
+                      holder=self.held_lease.holder)
+        time.sleep(hold)  # the coordinator's work
+    finally:
+        marker.unlink(missing_ok=True)
+    return self.fencing_token

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from celery_idem import reaper
 from celery_idem.conf import settings as idem_settings
 from celery_idem.models import Job, Transition
+from celery_idem.recovery import sweep as reaper
 from django_app.effects.models import Stock, StockDeduction
 from django_app.effects.tasks import charge_card, deduct_stock_once
 
