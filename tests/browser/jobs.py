@@ -1,25 +1,26 @@
 """Job rows with a believable history, for the admin tests and the docs' screenshots.
 
-``make_job`` writes a job and the history rows the protocol would have written on the way
-to its state; ``populate`` writes a small shop's afternoon of jobs in every state.
+``make_job`` takes a job through the moves the protocol would make on the way to its
+state, through the library's own backend (each move at its own moment) and fingerprint;
+``populate`` writes a small shop's afternoon of jobs in every state.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
-from celery_idem.models import Checkpoint, Job, Transition
+from celery_idem.backends import Change, Claimant, Intent, get_backend
+from celery_idem.fingerprints import fingerprint
+from celery_idem.models import Checkpoint, Job
 from celery_idem.states import State
 
 TRACEBACK = """Traceback (most recent call last):
-  File "/srv/shop/venv/lib/python3.12/site-packages/celery_idem/task.py", line 262, in __call__
-    result = super().__call__(*args, **kwargs)
+  File "/srv/shop/venv/lib/python3.12/site-packages/celery_idem/runner.py", line 78, in plain
+    result = self.body(*self.args, **self.kwargs)
   File "/srv/shop/shop/tasks.py", line 48, in charge_card
     charge = gateway.capture(order.payment_intent, amount=order.total_cents)
   File "/srv/shop/shop/payments.py", line 117, in capture
@@ -27,10 +28,15 @@ TRACEBACK = """Traceback (most recent call last):
 shop.payments.CardDeclined: {message}
 """
 
+R = State.RUNNING
 
-def fingerprint(args: Any, kwargs: Any) -> str:
-    canonical = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+
+def _claim(backend: Any, intent: Intent, worker: str, task_id: str, at: datetime,
+           lease: timedelta) -> int:
+    """Claim the key at ``at``; the attempt the claim holds."""
+    outcome = backend.claim("claimed", intent, Claimant(worker, task_id, at, at + lease))
+    assert outcome.won and outcome.row is not None, outcome
+    return int(outcome.row.attempt)
 
 
 def make_job(key: str, state: State = State.PENDING, *,
@@ -39,75 +45,54 @@ def make_job(key: str, state: State = State.PENDING, *,
              age: timedelta = timedelta(minutes=10), run: timedelta = timedelta(seconds=2),
              stale: bool = False, dead_lettered: bool = False, error: dict | None = None,
              result: Any = None, retried: list[str] | None = None,
-             backoff: timedelta = timedelta(seconds=30), **fields: Any) -> Job:
-    """A job in ``state`` with the history that got it there (``attempts`` claims)."""
-    now = timezone.now()
+             backoff: timedelta = timedelta(seconds=30),
+             not_before: datetime | None = None) -> Job:
+    """A job in ``state`` after ``attempts`` claims, each move made at its moment."""
+    backend, now = get_backend("default"), timezone.now()
     created = now - age
     if args is None and kwargs is None:
         kwargs = {"order_id": key.rsplit("-", 1)[-1]}
-    values: dict[str, Any] = {
-        "namespace": task_name, "key": key, "task_name": task_name, "args": args or [],
-        "kwargs": kwargs or {}, "fingerprint": fingerprint(args or [], kwargs or {}),
-        "options": {"queue": "payments"} if "charge" in task_name else {},
-        "state": state, "attempt": 0 if state == State.PENDING and not retried else attempts,
-        "task_id": str(uuid.uuid4()), "created_at": created, "updated_at": created,
-        "dispatch_count": 1, "worker": worker if state != State.PENDING else "",
-    }
-    values.update(fields)
-    job = Job.objects.create(**values)
-    history: list[dict[str, Any]] = [
-        {"event": "published", "from_state": None, "to_state": State.PENDING, "attempt": 0,
-         "task_id": job.task_id, "at": created}
-    ]
-    at = created + timedelta(milliseconds=150)  # a worker picks the message up
+    args, kwargs = list(args or []), dict(kwargs or {})
+    intent = Intent(task_name, key, task_name, fingerprint([args, kwargs]), args, kwargs,
+                    {"queue": "payments"} if "charge" in task_name else {})
+    task_id = str(uuid.uuid4())
+    job_id = backend.publish(intent, task_id, created).row.id
     claims = attempts if state != State.PENDING else len(retried or [])
-    for attempt in range(1, claims + 1):
-        if attempt > 1:
+    at = created + timedelta(milliseconds=150)  # a worker picks the message up
+    lease = timedelta(minutes=-3) - (now - at) if stale else timedelta(hours=1)
+    attempt = 0
+    for n in range(1, claims + 1):
+        if n > 1:
             at += run + backoff
-        history.append({"event": "claimed", "from_state": State.PENDING,
-                        "to_state": State.RUNNING, "attempt": attempt, "worker": worker,
-                        "task_id": job.task_id, "at": at})
-        if attempt < claims or state == State.PENDING:
-            reason = (retried or ["ConnectionError: payment gateway timed out"])[
-                min(attempt - 1, len(retried or [""]) - 1)]
-            history.append({"event": "retry_scheduled", "from_state": State.RUNNING,
-                            "to_state": State.PENDING, "attempt": attempt, "worker": worker,
-                            "task_id": job.task_id, "reason": reason, "at": at + run})
-    end = at + run if claims else created
+        attempt = _claim(backend, intent, worker, task_id, at, lease if n == claims else
+                         timedelta(hours=1))
+        if n < claims or state == State.PENDING:
+            reasons = retried or ["ConnectionError: payment gateway timed out"]
+            backend.apply(Change(job_id, "retry_scheduled", R, attempt, worker=worker,
+                                 task_id=task_id, reason=reasons[min(n, len(reasons)) - 1],
+                                 values={"lease_expires_at": None,
+                                         "not_before": not_before if n == claims else None}),
+                          at + run)
+    end = at + run
     if state == State.SUCCEEDED:
-        history.append({"event": "succeeded", "from_state": State.RUNNING,
-                        "to_state": State.SUCCEEDED, "attempt": claims, "worker": worker,
-                        "task_id": job.task_id, "at": end})
-        job.result, job.finished_at = result, end
+        backend.apply(Change(job_id, "succeeded", R, attempt, worker=worker, task_id=task_id,
+                             values={"result": result, "finished_at": end,
+                                     "lease_expires_at": None}), end)
     elif state == State.FAILED:
         error = error or {"type": "CardDeclined", "module": "shop.payments",
                           "message": "card declined: insufficient funds (code 51)"}
         error.setdefault("traceback", TRACEBACK.format(message=error["message"]))
         event = "dead_lettered" if dead_lettered else "failed"
         reason = "dead-lettered" if dead_lettered else f"{error['type']}: {error['message']}"
-        history.append({"event": event, "from_state": State.RUNNING, "to_state": State.FAILED,
-                        "attempt": claims, "worker": worker, "task_id": job.task_id,
-                        "reason": reason, "at": end})
-        job.error, job.finished_at = error, end
+        backend.apply(Change(job_id, event, R, attempt, worker=worker, task_id=task_id,
+                             reason=reason, values={"error": error, "finished_at": end,
+                                                    "lease_expires_at": None}), end)
     elif state == State.UNCERTAIN:
-        history.append({"event": "uncertain", "from_state": State.RUNNING,
-                        "to_state": State.UNCERTAIN, "attempt": claims, "worker": "",
-                        "task_id": job.task_id, "at": end,
-                        "reason": "lease expired while it ran; the task must not re-run blindly"})
-        job.error = {"type": "WorkerLostError", "module": "billiard.exceptions",
-                     "message": "Worker exited prematurely: signal 9 (SIGKILL)."}
-    elif state == State.RUNNING:
-        end = at
-        lease = timedelta(minutes=-3) if stale else timedelta(minutes=55)
-        job.lease_expires_at = now + lease
-        job.worker = worker
-    if state != State.PENDING or claims:
-        job.started_at = at
-    for row in history:
-        Transition.objects.create(job=job, **row)
-    job.updated_at = min(end, now)
-    job.save()
-    return job
+        backend.apply(Change(job_id, "uncertain", R, attempt, task_id=task_id,
+                             reason="lease expired while it ran; the task must not re-run "
+                                    "blindly", values={"lease_expires_at": None,
+                                                       "worker": ""}), end)
+    return Job.objects.get(pk=job_id)
 
 
 def populate() -> dict[str, Job]:

@@ -111,7 +111,7 @@ class TestRetry:
         assert response.status_code == 302
         job.refresh_from_db()
         assert (job.state, job.error, job.finished_at, job.dispatch_count) == (
-            State.PENDING, None, None, 2)
+            State.PENDING, None, None, 1)
         reset = job.transitions.last()
         assert (reset.event, reset.from_state, reset.to_state, reset.actor, reset.attempt) == (
             "reset", "FAILED", "PENDING", "op", 2)
