@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import queue
 from collections import Counter
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from celery_idem.backends.base import Intent
 from celery_idem.models import Job, Transition
 from celery_idem.producer import write_intent
 
 from .race_contender import contend
+from .racing import race
 
 PROCESSES = 16
 #: SQLite serialises every writer through one file lock, so fewer rounds prove as much there.
@@ -27,26 +25,7 @@ def test_sixteen_processes_claiming_one_key_produce_one_winner_per_round():
     INSERT a missing one (200 rounds on PostgreSQL)."""
     for n in range(0, ROUNDS, 2):
         write_intent(Intent("race", f"race-{n}", "race", "fp", [n], {}, {}), f"pub-{n}")
-    env = {"IDEM_DB_NAME": str(connection.settings_dict["NAME"]),
-           "IDEM_DATABASE": settings.DATABASE_KIND,
-           "DJANGO_SETTINGS_MODULE": "django_app.settings"}
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(PROCESSES), ctx.Queue()
-    procs = [ctx.Process(target=contend, args=(env, barrier, results, ROUNDS))
-             for _ in range(PROCESSES)]
-    for p in procs:
-        p.start()
-    outcomes = []
-    try:
-        for _ in range(PROCESSES * ROUNDS):
-            outcomes.append(results.get(timeout=180))
-    except queue.Empty:
-        pytest.fail(f"only {len(outcomes)} of {PROCESSES * ROUNDS} claims reported")
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
+    outcomes = race(contend, PROCESSES, ROUNDS)
 
     winners = Counter(n for n, _, won in outcomes if won)
     assert sorted(winners) == list(range(ROUNDS))

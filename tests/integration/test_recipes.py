@@ -6,36 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
-from celery_idem.conf import settings as idem_settings
-from celery_idem.models import Job, Transition
 from celery_idem.recovery import sweep as reaper
 from django_app.effects.models import Stock, StockDeduction
 from django_app.effects.tasks import charge_card, deduct_stock_once
 
+from .jobs import TIMEOUT, events, job, later
 from .workers import Worker, wait_until
-
-TIMEOUT = 120
-
-
-def later() -> datetime:
-    """A clock past every lease and dispatch timeout: a killed worker's claim is stale."""
-    return timezone.now() + timedelta(
-        seconds=idem_settings.DEFAULT_LEASE + idem_settings.DISPATCH_TIMEOUT + 60)
-
-
-def job(key: str) -> Job:
-    return Job.objects.get(key=key)
-
-
-def events(key: str) -> list[str]:
-    return list(Transition.objects.filter(job__key=key).order_by("id")
-                .values_list("event", flat=True))
 
 
 @pytest.fixture

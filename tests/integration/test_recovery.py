@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -21,19 +21,8 @@ from django_app.celery import app
 from django_app.effects.models import Effect
 from django_app.effects.tasks import ship_order, wait_for_file, wait_for_file_atomic
 
+from .jobs import TIMEOUT, job, later
 from .workers import Worker, wait_until
-
-TIMEOUT = 120
-
-
-def later() -> datetime:
-    """A clock past every lease and dispatch timeout: the claims of killed workers are stale."""
-    return timezone.now() + timedelta(
-        seconds=idem_settings.DEFAULT_LEASE + idem_settings.DISPATCH_TIMEOUT + 60)
-
-
-def job(key: str) -> Job:
-    return Job.objects.get(key=key)
 
 
 def events(key: str) -> list[tuple[str, int]]:
