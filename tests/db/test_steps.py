@@ -4,23 +4,28 @@ body's steps share its transaction, and an operator's retry keeps or clears them
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from celery import shared_task
+from django.conf import settings
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.management import call_command
+from django.db import connection, connections, transaction
 from django.urls import reverse
 from django.utils import timezone
 
 from celery_idem import ClaimLost, IdempotentTask, StepNotJSON, actions, claims
-from celery_idem.backends import Claimant
+from celery_idem.backends import Change, Claimant, get_backend
 from celery_idem.models import Checkpoint, Job, Transition
 from celery_idem.producer import KEY_HEADER
+from celery_idem.states import State, StepWrite
 from celery_idem.steps import run_step
 from django_app.effects.models import Effect
 from django_app.effects.tasks import notify, send_two_children, three_steps
+from tests.integration.workers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -184,3 +189,41 @@ def test_admin_links_parent_and_children_and_retries_from_scratch(backend, admin
     changelist = admin_client.get(reverse("admin:celery_idem_job_changelist"),
                                   {"parent__id__exact": parent.pk})
     assert changelist.status_code == 200 and changelist.context["cl"].result_count == 2
+
+
+@pytest.mark.skipif(settings.DATABASE_KIND != "postgres", reason="PostgreSQL's row locks")
+def test_a_zombie_step_racing_a_take_over_waits_for_it_and_is_refused(make_intent):
+    """The take-over is in flight (not yet committed) when the zombie writes its step: the
+    step's statement waits for the row and, once the take-over commits, matches nothing."""
+    backend, past = get_backend("default"), timezone.now() - timedelta(minutes=5)
+    intent = make_intent("race")
+    backend.publish(intent, "t-0", past)
+    old = backend.claim("claimed", intent, Claimant("w/1", "t-1", past,
+                                                    past + timedelta(seconds=60))).row
+    written: list[StepWrite] = []
+
+    def zombie() -> None:  # its own session: Django's connections are per thread
+        try:
+            written.append(backend.save_step(
+                Change(old.id, "step_completed", State.RUNNING, attempt=1), "ocr", 1,
+                timezone.now()))
+        finally:
+            connections.close_all()
+
+    def waiting() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND wait_event_type = 'Lock'")
+            return cursor.fetchone()[0] == 1
+
+    now = timezone.now()
+    with transaction.atomic():
+        assert backend.claim("taken_over", intent, Claimant("w/2", "t-2", now,
+                                                            now + timedelta(seconds=60))).won
+        thread = threading.Thread(target=zombie)
+        thread.start()
+        wait_until(waiting, 30, what="the zombie's step waiting for the row")
+    thread.join(30)
+    assert written == [StepWrite.FENCED]
+    assert not Checkpoint.objects.filter(job_id=old.id).exists()
