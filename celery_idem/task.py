@@ -144,7 +144,7 @@ class IdempotentTask(Task):
         digest = hashlib.sha256(f"{self.namespace}\0{self.idempotency_key}\0{scope}".encode())
         return f"idem-{digest.hexdigest()[:40]}"
 
-    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` once per job and step ``name``, and return its value.
 
         The value (JSON) is stored as the job's checkpoint, fenced by this attempt; any
