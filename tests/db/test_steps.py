@@ -157,6 +157,8 @@ def test_children_sent_from_a_body_get_derived_keys_and_a_parent_link(backend):
     assert all(c.key.startswith("child-") and c.parent_id == parent.pk for c in children)
     run(send_two_children, 3)  # a duplicate replays: no new children
     assert Job.objects.filter(parent=parent).count() == 2
+    assert actions.forget(parent, actor="op").done  # the children stay, unlinked
+    assert Job.objects.filter(task_name=notify.name, parent__isnull=True).count() == 2
 
 
 def test_admin_links_parent_and_children_and_retries_from_scratch(backend, admin_client,
