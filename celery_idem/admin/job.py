@@ -169,7 +169,8 @@ class JobAdmin(OperatorActions):
 
     @admin.display(description=gettext_lazy("parent job"))
     def parent_display(self, job: Job) -> Any:
-        parent = Job.objects.using(settings.DATABASE).filter(pk=job.parent_id).first()
+        parent = None if job.parent_id is None else (
+            Job.objects.using(settings.DATABASE).filter(pk=job.parent_id).first())
         return self._link(parent) if parent is not None else self.get_empty_value_display()
 
     @admin.display(description=gettext_lazy("child jobs"))
