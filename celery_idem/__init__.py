@@ -16,12 +16,14 @@ from .errors import (
     InProgress,
     InvalidKey,
     InvalidLease,
+    InvalidStep,
     InvalidTransition,
     KeyMismatch,
     LeaseLost,
     MissingKey,
     PersistenceError,
     ResultNotJSON,
+    StepNotJSON,
     StoredFailure,
 )
 from .keys import ALL_ARGUMENTS, PER_CALL
@@ -55,6 +57,8 @@ __all__ = [
     "MissingKey",
     "PersistenceError",
     "ResultNotJSON",
+    "InvalidStep",
+    "StepNotJSON",
     "StoredFailure",
     "__version__",
 ]

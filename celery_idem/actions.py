@@ -117,7 +117,7 @@ def _send_after_commit(result: ActionResult) -> None:
 
 
 def retry(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
-          dispatch: bool = True) -> ActionResult:
+          dispatch: bool = True, clear_steps: bool = False) -> ActionResult:
     """Reset a FAILED or UNCERTAIN job to PENDING and send its task again.
 
     A SUCCEEDED job is refused (WRONG_STATE): its effect happened, and running the key
@@ -129,6 +129,8 @@ def retry(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
         note: why, appended to the history row's reason.
         attempt: the attempt the operator saw; default ``job.attempt``.
         dispatch: send the task after the commit (False: leave it to the reaper).
+        clear_steps: delete the job's step checkpoints with the reset, so the next
+            attempt runs every step again (default: completed steps are kept and skipped).
 
     Returns:
         The ActionResult; on DONE, the previous error's summary is in the history.
@@ -139,11 +141,15 @@ def retry(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
     if job.error:
         previous = f"{job.error.get('type', '')}: {job.error.get('message', '')}".strip(": ")
     reason = _reason(f"operator retry of a {str(job.state).lower()} job", note,
+                     "completed steps cleared" if clear_steps else "",
                      f"was {previous}" if previous else "")
-    outcome = _move(job, "reset", actor=actor, reason=reason, attempt=attempt, values={
-        "error": None, "finished_at": None, "not_before": None, "lease_expires_at": None,
-        **(_dispatch_values(job) if dispatch else {}),
-    })
+    with transaction.atomic(using=_alias(job)):
+        outcome = _move(job, "reset", actor=actor, reason=reason, attempt=attempt, values={
+            "error": None, "finished_at": None, "not_before": None, "lease_expires_at": None,
+            **(_dispatch_values(job) if dispatch else {}),
+        })
+        if outcome is Outcome.DONE and clear_steps:
+            get_backend(_alias(job)).clear_steps(job.pk)
     result = ActionResult(job, outcome)
     if result.done and dispatch:
         _send_after_commit(result)

@@ -68,6 +68,14 @@ class ResultNotJSON(IdempotencyError, TypeError):
     """The task returned a value that is not plain JSON, so it cannot be stored and replayed."""
 
 
+class StepNotJSON(IdempotencyError, TypeError):
+    """A step returned a value that is not plain JSON, so it cannot be stored as its checkpoint."""
+
+
+class InvalidStep(IdempotencyError, ValueError):
+    """A step name must be a non-empty string of at most 200 characters."""
+
+
 class StoredFailure(IdempotencyError):
     """The key already failed; this is the stored failure, replayed."""
 
@@ -111,5 +119,7 @@ __all__ = [
     "MissingKey",
     "PersistenceError",
     "ResultNotJSON",
+    "StepNotJSON",
+    "InvalidStep",
     "StoredFailure",
 ]

@@ -36,6 +36,13 @@ class Job(models.Model):
         help_text=_("queue, priority and routing used to re-dispatch the job"),
     )
 
+    # The job whose claimed body sent this one (a child key's parent). Forgetting the
+    # parent leaves the child and its outcome, unlinked (SET_NULL).
+    parent = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children",
+        verbose_name=_("parent job"),
+    )
+
     # Claim: who runs it now, fenced by the attempt number.
     state = models.CharField(
         _("state"), max_length=16, choices=STATE_CHOICES, default=State.PENDING

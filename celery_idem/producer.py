@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from celery import current_app
@@ -113,6 +114,8 @@ def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
         key = child_key(parent, task.name, args, kwargs)
     job = build_intent(spec, task.namespace, task.name, args, kwargs, key,
                        delivery_options(options))
+    if parent is not None:  # the parent -> child link, shown on both jobs' admin pages
+        job = replace(job, parent_id=parent.request._idem_claim.job_id)
     options["task_id"] = options.get("task_id") or uuid()
     headers[KEY_HEADER] = job.key
     write_intent(job, options["task_id"])

@@ -96,7 +96,7 @@ CLAIM_COLUMNS = frozenset({"attempt", "worker", "task_id", "lease_expires_at", "
                            "started_at"})
 #: What the producer writes with the intent.
 INTENT_COLUMNS = frozenset({"namespace", "key", "task_name", "args", "kwargs", "fingerprint",
-                            "options", "task_id", "created_at"})
+                            "options", "task_id", "created_at", "parent"})
 _ENDS = frozenset({"finished_at", "lease_expires_at"})
 #: What a move that sends the job's message again writes besides its own columns.
 RESEND_COLUMNS = frozenset({"task_id", "dispatch_count"})
@@ -139,7 +139,19 @@ MOVES: dict[str, Move] = {m.event: m for m in [
     _m("redispatched", {P}, None, _FENCED | Guard.SAME_DISPATCH, RESEND_COLUMNS,
        _("sent again")),
     _m("attempt_lost", {P}, None, _FENCED, set(), _("attempt lost")),
+    # A step of the body stored its checkpoint (backends: ``save_step``).
+    _m("step_completed", {R}, None, _FENCED, set(), _("step completed")),
 ]}
+
+#: The history-only move a body's stored step records (``Backend.save_step``).
+STEP_COMPLETED = "step_completed"
+
+
+class StepWrite(enum.Enum):
+    """What ``Backend.save_step`` did. FENCED: the writer's attempt no longer owns the job."""
+
+    STORED, EXISTS, FENCED = "stored", "exists", "fenced"
+
 
 #: Allowed (from, to) pairs, derived from MOVES.
 TRANSITIONS: dict[State | None, frozenset[State]] = {

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
 
 from celery import Task
 
-from . import runner
+from . import runner, steps
 from .backends import Intent
 from .conf import settings
 from .errors import ConfigurationError
@@ -142,6 +143,22 @@ class IdempotentTask(Task):
         """A key for an external API's own idempotency header, stable across attempts."""
         digest = hashlib.sha256(f"{self.namespace}\0{self.idempotency_key}\0{scope}".encode())
         return f"idem-{digest.hexdigest()[:40]}"
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once per job and step ``name``, and return its value.
+
+        The value (JSON) is stored as the job's checkpoint, fenced by this attempt; any
+        later attempt of the job gets it back without calling ``fn``. Raises StepNotJSON
+        (nothing is stored) and ClaimLost (a newer attempt owns the key: nothing is
+        stored, stop working). Called as a plain function (no claim), ``fn`` just runs.
+        """
+        steps.check_name(name)
+        claim = getattr(self.request, "_idem_claim", None)
+        if claim is None:
+            if not self.request.called_directly:
+                raise ConfigurationError("step() is only valid inside a running task body")
+            return steps.storable(name, fn(*args, **kwargs))
+        return steps.run_step(claim, name, fn, args, kwargs)
 
     def effective_max_attempts(self) -> int:
         """max_attempts, else the setting, raised to cover the task's own max_retries."""

@@ -42,7 +42,7 @@ from .backends.base import (
     Intent,
     JobRow,
 )
-from .states import Guard, Move, State
+from .states import Guard, Move, State, StepWrite
 
 
 @dataclass
@@ -86,6 +86,7 @@ class MemoryJob:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     updated_at: datetime | None = None
+    parent_id: int | None = None
 
     def row(self) -> JobRow:
         return JobRow.from_values({c: getattr(self, c) for c in ROW_COLUMNS})
@@ -113,6 +114,8 @@ class InMemoryBackend(Backend):
         super().__init__(alias)
         self.jobs: dict[int, MemoryJob] = {}
         self.history: list[HistoryLine] = []
+        #: Step checkpoints: (job id, step) -> (value, attempt).
+        self.checkpoints: dict[tuple[int, str], tuple[Any, int]] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
 
@@ -152,7 +155,7 @@ class InMemoryBackend(Backend):
             job = MemoryJob(next(self._ids), intent.namespace, intent.key, intent.task_name,
                             intent.fingerprint, intent.args, intent.kwargs,
                             dict(intent.options), move.target, task_id=task_id,
-                            created_at=now, updated_at=now)
+                            created_at=now, updated_at=now, parent_id=intent.parent_id)
             if claimant is not None:
                 job.attempt, job.worker, job.started_at = 1, claimant.worker, now
                 job.lease_expires_at = claimant.lease_expires_at
@@ -205,6 +208,33 @@ class InMemoryBackend(Backend):
             if move.recorded:
                 self._line(job, change, attempt, now)
             return attempt
+
+    # -- step checkpoints ----------------------------------------------------------------
+
+    def _save_step(self, change: Change, step: str, value: Any, now: datetime) -> StepWrite:
+        with self._lock:
+            job = self.jobs.get(change.job_id)
+            if job is None or job.state != change.from_state or not job.matches(
+                    change.move, now, attempt=change.attempt):
+                return StepWrite.FENCED
+            if (job.id, step) in self.checkpoints:
+                return StepWrite.EXISTS
+            self.checkpoints[job.id, step] = (value, job.attempt)
+            if change.move.recorded:
+                self._line(job, change, job.attempt, now)
+            return StepWrite.STORED
+
+    def read_step(self, job_id: int, step: str) -> tuple[bool, Any]:
+        with self._lock:
+            stored = self.checkpoints.get((job_id, step))
+        return (False, None) if stored is None else (True, stored[0])
+
+    def clear_steps(self, job_id: int) -> int:
+        with self._lock:
+            gone = [k for k in self.checkpoints if k[0] == job_id]
+            for k in gone:
+                del self.checkpoints[k]
+        return len(gone)
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from django.contrib.admin.utils import unquote
 from django.db.models import Q
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -34,6 +35,8 @@ from .changelist import (
 )
 from .operations import OperatorActions
 
+#: How many child jobs the detail page links; the rest are one changelist link away.
+CHILDREN_SHOWN = 20
 #: How the history names each event: the move table's labels.
 EVENT_LABELS = {event: move.label for event, move in states.MOVES.items()}
 
@@ -67,7 +70,8 @@ class JobAdmin(OperatorActions):
 
     fieldsets = (
         (None, {"fields": ("key", "namespace", "task_name", "state_display", "attempt",
-                           "worker", "task_id_display", "dispatch_count", "fingerprint")}),
+                           "worker", "task_id_display", "dispatch_count", "fingerprint",
+                           "parent_display", "children_display")}),
         (gettext_lazy("Timing"), {"fields": ("created_display", "started_display",
                                              "finished_display", "duration_display",
                                              "lease_display", "not_before_display",
@@ -76,7 +80,8 @@ class JobAdmin(OperatorActions):
                                                 "options_display")}),
         (gettext_lazy("Outcome"), {"fields": ("result_display", "error_display")}),
     )
-    readonly_fields = ("state_display", "task_id_display", "created_display", "started_display",
+    readonly_fields = ("state_display", "task_id_display", "parent_display", "children_display",
+                       "created_display", "started_display",
                        "finished_display", "duration_display", "lease_display",
                        "not_before_display", "updated_display",
                        "args_display", "kwargs_display", "options_display", "result_display",
@@ -157,6 +162,33 @@ class JobAdmin(OperatorActions):
                                _("task result"))
         return format_html("<code>{}</code>", job.task_id) if job.task_id else ""
 
+    def _link(self, job: Job) -> Any:
+        url = reverse(f"{self.admin_site.name}:celery_idem_job_change", args=[job.pk])
+        return format_html('<a href="{}">{}</a> <small class="idem-muted">{} · {}</small>',
+                           url, job.key, job.task_name, job.state)
+
+    @admin.display(description=gettext_lazy("parent job"))
+    def parent_display(self, job: Job) -> Any:
+        parent = None if job.parent_id is None else (
+            Job.objects.using(settings.DATABASE).filter(pk=job.parent_id).first())
+        return self._link(parent) if parent is not None else self.get_empty_value_display()
+
+    @admin.display(description=gettext_lazy("child jobs"))
+    def children_display(self, job: Job) -> Any:
+        """The jobs this job's body sent, the first few linked, with their count."""
+        children = Job.objects.using(settings.DATABASE).filter(parent=job).order_by("id")
+        shown = list(children[:CHILDREN_SHOWN + 1])
+        if not shown:
+            return self.get_empty_value_display()
+        links = format_html_join(mark_safe("<br>"), "{}",
+                                 ((self._link(c),) for c in shown[:CHILDREN_SHOWN]))
+        if len(shown) > CHILDREN_SHOWN:
+            url = reverse(f"{self.admin_site.name}:celery_idem_job_changelist")
+            more = _("all %(count)d children") % {"count": children.count()}
+            return format_html('{}<br><a href="{}?parent__id__exact={}">{}</a>', links, url,
+                               job.pk, more)
+        return links
+
     created_display = _moment("created_at", gettext_lazy("created at"))
     started_display = _moment("started_at", gettext_lazy("started at"))
     finished_display = _moment("finished_at", gettext_lazy("finished at"))
@@ -201,14 +233,15 @@ class JobAdmin(OperatorActions):
         context = dict(extra_context or {})
         job = self.get_object(request, unquote(object_id))
         if job is not None:
+            checkpoints = [
+                {"step": c.step, "attempt": c.attempt, "at": display.full_time(c.at),
+                 "value": display.pretty_json(c.value)}
+                for c in job.checkpoints.order_by("at", "id")
+            ]
             context.update(
                 timeline=[self._timeline_row(t) for t in job.transitions.all()],
-                checkpoints=[
-                    {"step": c.step, "attempt": c.attempt, "at": display.full_time(c.at),
-                     "value": display.pretty_json(c.value)}
-                    for c in job.checkpoints.order_by("at", "id")
-                ],
-                job_actions=self._detail_actions(request, job),
+                checkpoints=checkpoints,
+                job_actions=self._detail_actions(request, job, bool(checkpoints)),
                 changelist_url=reverse(f"{self.admin_site.name}:celery_idem_job_changelist"),
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             )
@@ -224,10 +257,15 @@ class JobAdmin(OperatorActions):
             "task_id": t.task_id, "reason": t.reason, "actor": t.actor,
         }
 
-    def _detail_actions(self, request: HttpRequest, job: Job) -> list[dict[str, Any]]:
+    def _detail_actions(self, request: HttpRequest, job: Job,
+                        has_steps: bool = False) -> list[dict[str, Any]]:
         """The action buttons the detail page offers for ``job`` to this user."""
+        can_retry = self.has_retry_permission(request)
         offered = [
-            ("retry_selected", _("Retry"), "reset", self.has_retry_permission(request)),
+            ("retry_selected", _("Retry"), "reset", can_retry),
+            # Only a job with completed steps has anything to start again from scratch.
+            ("retry_from_scratch_selected", _("Retry from scratch"), "reset",
+             can_retry and has_steps),
             ("resolve_selected", _("Resolve…"), "resolved",
              self.has_resolve_permission(request)),
             ("release_selected", _("Release claim…"), "released",

@@ -39,7 +39,8 @@ MAX_ACTION_JOBS = 500
 class OperatorActions(admin.ModelAdmin):
     """The operator actions of a ModelAdmin; ``JobAdmin`` derives from it."""
 
-    actions = ("retry_selected", "release_selected", "resolve_selected", "forget_selected")
+    actions = ("retry_selected", "retry_from_scratch_selected", "release_selected",
+               "resolve_selected", "forget_selected")
 
     def _has(self, request: HttpRequest, codename: str) -> bool:
         user: Any = request.user
@@ -123,11 +124,20 @@ class OperatorActions(admin.ModelAdmin):
     @admin.action(description=gettext_lazy("Retry selected failed or uncertain jobs"),
                   permissions=["retry"])
     def retry_selected(self, request: HttpRequest, queryset: Any) -> Any:
+        return self._retry(request, queryset, clear_steps=False)
+
+    @admin.action(description=gettext_lazy(
+        "Retry selected failed or uncertain jobs from scratch (clear their completed steps)"),
+        permissions=["retry"])
+    def retry_from_scratch_selected(self, request: HttpRequest, queryset: Any) -> Any:
+        return self._retry(request, queryset, clear_steps=True)
+
+    def _retry(self, request: HttpRequest, queryset: Any, clear_steps: bool) -> Any:
         jobs = self._selected(request, queryset)
         if jobs is None:
             return None
         actor = request.user.get_username()
-        results = [domain.retry(job, actor=actor) for job in jobs]
+        results = [domain.retry(job, actor=actor, clear_steps=clear_steps) for job in jobs]
         self._report(request, results, texts.RETRY, self._retry_kind)
         return self._next(request)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .. import states
 from ..errors import InvalidTransition
 from ..signals import announce
-from ..states import Move, State
+from ..states import STEP_COMPLETED, Move, State, StepWrite
 
 if TYPE_CHECKING:
     from django.db.models import Q
@@ -43,6 +43,8 @@ class Intent:
     args: list[Any] | None
     kwargs: dict[str, Any] | None
     options: dict[str, Any] = field(default_factory=dict)
+    #: The job whose claimed body sent this one (the parent -> child link), if any.
+    parent_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,17 @@ class Backend(ABC):
                 self._announce(change, change.attempt or 0)
         return moved
 
+    def save_step(self, change: Change, step: str, value: Any, now: datetime) -> StepWrite:
+        """Store checkpoint ``step`` = ``value`` fenced by ``change`` (a ``step_completed``
+        move) with its history line, in one write; a step already stored stays as it is."""
+        if change.event != STEP_COMPLETED:
+            raise InvalidTransition(f"{change.event!r} does not store a step")
+        m = check_change(change)
+        outcome = self._save_step(change, step, value, now)
+        if outcome is StepWrite.STORED and m.recorded:
+            self._announce(change, change.attempt or 0)
+        return outcome
+
     def _announce(self, change: Change, attempt: int) -> None:
         announce(self.alias, change.job_id, change.event, change.from_state, change.to_state,
                  attempt, change.worker, change.task_id, change.reason, change.actor)
@@ -242,6 +255,18 @@ class Backend(ABC):
     @abstractmethod
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
         """Make ``change`` under ``move``'s guard; the row's attempt if it matched."""
+
+    @abstractmethod
+    def _save_step(self, change: Change, step: str, value: Any, now: datetime) -> StepWrite:
+        """Insert the checkpoint (and its history line) unless the guard fails or it exists."""
+
+    @abstractmethod
+    def read_step(self, job_id: int, step: str) -> tuple[bool, Any]:
+        """(True, value) of a stored step of the job, else (False, None)."""
+
+    @abstractmethod
+    def clear_steps(self, job_id: int) -> int:
+        """Delete the job's checkpoints (a retry from scratch); return how many."""
 
     def _apply_batch(self, changes: list[Change], now: datetime) -> set[int]:
         return {c.job_id for c in changes if self._apply(c, c.move, now) is not None}

@@ -16,8 +16,8 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import F, Q
 
 from .. import states
-from ..models import Job, Transition
-from ..states import Move, State
+from ..models import Checkpoint, Job, Transition
+from ..states import Move, State, StepWrite
 from .base import (
     DUPLICATE,
     DUPLICATE_REASON,
@@ -62,6 +62,7 @@ class GenericBackend(Backend):
                     namespace=intent.namespace, key=intent.key, task_name=intent.task_name,
                     args=intent.args, kwargs=intent.kwargs, fingerprint=intent.fingerprint,
                     options=intent.options, state=move.target, task_id=task_id,
+                    parent_id=intent.parent_id,
                     created_at=now, updated_at=now, **claim,
                 )
                 line = Change(job.pk, move.event, None, worker=claim.get("worker", ""),
@@ -118,6 +119,38 @@ class GenericBackend(Backend):
             if move.recorded:
                 self._history(change.job_id, change, change.to_state, attempt, now)
         return int(attempt)
+
+    # -- step checkpoints ----------------------------------------------------------------
+
+    def _save_step(self, change: Change, step: str, value: Any, now: datetime) -> StepWrite:
+        m = change.move
+        owner = self._jobs().filter(states.guard_q(m, now=now, attempt=change.attempt),
+                                    id=change.job_id, state=change.from_state)
+        with transaction.atomic(using=self.alias):
+            # A no-op UPDATE, not a read: it takes the row's lock (SQLite: the write lock)
+            # so a concurrent take-over cannot slip in before the checkpoint commits.
+            if not owner.update(attempt=F("attempt")):
+                return StepWrite.FENCED
+            try:
+                with transaction.atomic(using=self.alias):
+                    Checkpoint.objects.using(self.alias).create(
+                        job_id=change.job_id, step=step, value=value, attempt=change.attempt,
+                        at=now)
+            except IntegrityError:
+                return StepWrite.EXISTS
+            if m.recorded:
+                assert change.from_state is not None and change.attempt is not None
+                self._history(change.job_id, change, change.from_state, change.attempt, now)
+        return StepWrite.STORED
+
+    def read_step(self, job_id: int, step: str) -> tuple[bool, Any]:
+        found = list(Checkpoint.objects.using(self.alias).filter(job_id=job_id, step=step)
+                     .values_list("value", flat=True)[:1])
+        return (True, found[0]) if found else (False, None)
+
+    def clear_steps(self, job_id: int) -> int:
+        deleted, _ = Checkpoint.objects.using(self.alias).filter(job_id=job_id).delete()
+        return int(deleted)
 
     # -- reads ---------------------------------------------------------------------------
 

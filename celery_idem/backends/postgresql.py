@@ -22,8 +22,8 @@ from django.db.models import Q
 
 from .. import states
 from ..connection import bookkeeping_connection
-from ..models import Job, Transition
-from ..states import Guard, Move, State
+from ..models import Checkpoint, Job, Transition
+from ..states import Guard, Move, State, StepWrite
 from .base import (
     DUPLICATE,
     DUPLICATE_REASON,
@@ -50,11 +50,11 @@ def load_queries(path: Path) -> dict[str, str]:
         elif name is not None and not line.startswith("--"):
             queries[name] += line + "\n"
     tables = {"job": Job._meta.db_table, "history": Transition._meta.db_table,
-              "row": ", ".join(ROW_COLUMNS)}
+              "checkpoint": Checkpoint._meta.db_table, "row": ", ".join(ROW_COLUMNS)}
     history_insert = queries["history_insert"].strip().format(**tables)
     return {name: text.strip().replace("{history_insert}", history_insert)
             .replace("{job}", tables["job"]).replace("{history}", tables["history"])
-            .replace("{row}", tables["row"])
+            .replace("{row}", tables["row"]).replace("{checkpoint}", tables["checkpoint"])
             for name, text in queries.items()}
 
 
@@ -95,6 +95,13 @@ def move_sql(event: str, columns: tuple[str, ...]) -> str:
     if m.target is None and not columns:
         return QUERIES["record"].replace("{guard}", _guard(m.guard))
     return (QUERIES["move"].replace("{guard}", _guard(m.guard)).replace("{sets}", _sets(columns))
+            .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s")))
+
+
+@cache
+def step_sql(event: str) -> str:
+    m = states.move(event)
+    return (QUERIES["step_save"].replace("{guard}", _guard(m.guard))
             .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s")))
 
 
@@ -166,7 +173,7 @@ class PostgreSQLBackend(Backend):
             "to_state": move.target.value, "event": move.event, "task_id": task_id,
             "now": now, "reason": reason,
             "attempt": 0 if claimant is None else 1,
-            "worker": "" if claimant is None else claimant.worker,
+            "worker": "" if claimant is None else claimant.worker, "parent": intent.parent_id,
             "lease": None if claimant is None else claimant.lease_expires_at,
             "started_at": None if claimant is None else now,
         }))
@@ -217,6 +224,27 @@ class PostgreSQLBackend(Backend):
             moved |= {job_id for (job_id,) in self._fetch(batch_sql(event, columns, types),
                                                          params)}
         return moved
+
+    # -- step checkpoints ----------------------------------------------------------------
+
+    def _save_step(self, change: Change, step: str, value: Any, now: datetime) -> StepWrite:
+        assert change.from_state is not None
+        ((owned, inserted),) = self._fetch(step_sql(change.event), {
+            "id": change.job_id, "event": change.event, "from_state": change.from_state.value,
+            "to_state": change.from_state.value, "attempt": change.attempt, "step": step,
+            "value": json.dumps(value), "now": now, "worker": change.worker,
+            "task_id": change.task_id, "reason": change.reason, "actor": change.actor,
+        })
+        return StepWrite.STORED if inserted else StepWrite.EXISTS if owned else StepWrite.FENCED
+
+    def read_step(self, job_id: int, step: str) -> tuple[bool, Any]:
+        rows = self._fetch(QUERIES["step_read"], {"id": job_id, "step": step})
+        if not rows:
+            return False, None
+        return True, None if rows[0][0] is None else json.loads(rows[0][0])
+
+    def clear_steps(self, job_id: int) -> int:
+        return int(self._fetch(QUERIES["steps_clear"], {"id": job_id})[0][0])
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 -- Every statement the PostgreSQL backend runs, by name (celery_idem/backends/postgresql.py).
 --
--- Placeholders filled once when this file is loaded: {job} and {history} (the tables),
--- {row} (the columns of a JobRow), {history_insert} (the one INSERT of a history line).
+-- Placeholders filled once when this file is loaded: {job}, {history} and {checkpoint}
+-- (the tables), {row} (the columns of a JobRow), {history_insert} (the one INSERT of a
+-- history line).
 -- Filled per move from the move table (celery_idem/states.py): {sets}, {guard} (from
 -- the guard_* fragments below) and {record} (the history CTE, when the move records).
 -- Each step is one statement: data-modifying CTEs do the conditional write, append the
@@ -32,10 +33,10 @@ dispatch_count = %(dispatch_count)s
 WITH ins AS (
     INSERT INTO {job} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
                        attempt, worker, task_id, lease_expires_at, dispatch_count,
-                       created_at, started_at, updated_at)
+                       created_at, started_at, updated_at, parent_id)
     VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s::jsonb, %(kwargs)s::jsonb,
             %(fingerprint)s, %(options)s::jsonb, %(to_state)s, %(attempt)s, %(worker)s,
-            %(task_id)s, %(lease)s, 0, %(now)s, %(started_at)s, %(now)s)
+            %(task_id)s, %(lease)s, 0, %(now)s, %(started_at)s, %(now)s, %(parent)s)
     ON CONFLICT (namespace, key) DO NOTHING
     RETURNING {row}
 ), hist AS (
@@ -138,3 +139,27 @@ WITH RECURSIVE names (name) AS (
     FROM names WHERE names.name IS NOT NULL
 )
 SELECT name FROM names WHERE name IS NOT NULL LIMIT %(limit)s
+
+-- name: step_save
+-- A body's step checkpoint, fenced: stored only while the job is RUNNING under the
+-- writer's attempt ({guard}). FOR SHARE waits for a concurrent take-over to commit and
+-- re-checks the row it left, so a zombie attempt cannot add a step once a newer attempt
+-- owns the job; a step already stored is kept. Returns (owned, inserted).
+WITH owner AS (
+    SELECT id FROM {job} WHERE id = %(id)s AND state = %(from_state)s AND {guard}
+    FOR SHARE
+), moved AS (
+    INSERT INTO {checkpoint} (job_id, step, value, attempt, at)
+    SELECT id, %(step)s, %(value)s::jsonb, %(attempt)s, %(now)s FROM owner
+    ON CONFLICT (job_id, step) DO NOTHING
+    RETURNING job_id AS id, attempt
+){record}
+SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM moved)
+
+-- name: step_read
+-- As text: the caller parses it, whatever loader the connection has for jsonb.
+SELECT value::text FROM {checkpoint} WHERE job_id = %(id)s AND step = %(step)s
+
+-- name: steps_clear
+WITH gone AS (DELETE FROM {checkpoint} WHERE job_id = %(id)s RETURNING 1)
+SELECT count(*) FROM gone

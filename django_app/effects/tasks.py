@@ -171,6 +171,38 @@ def deduct_stock_once(self, order_id, sku, qty, folder=None):
         _hold(folder, f"stock-{order_id}-{sku}")
     return {"deducted": qty, "quantity": stock.quantity - qty}
 
+# -- step checkpoints and child keys ------------------------------------------------------
+
+
+def _step_effect(key: str, name: str, attempt: int | None) -> dict:
+    """A step's effect: one Effect row per run of the step, so tests count the runs."""
+    Effect.objects.create(key=f"{key}/{name}", value={"step": name}, attempt=attempt,
+                          pid=os.getpid())
+    return {"step": name, "attempt": attempt}
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="steps/{n}")
+def three_steps(self, n, folder=None):
+    """Three checkpointed steps; ``folder``: hold after step two (crash tests)."""
+    one = self.step("one", _step_effect, self.idempotency_key, "one", self.attempt)
+    two = self.step("two", _step_effect, self.idempotency_key, "two", self.attempt)
+    if folder:
+        _hold(folder, f"steps-{n}")
+    three = self.step("three", _step_effect, self.idempotency_key, "three", self.attempt)
+    return [one, two, three]
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="family/{n}")
+def send_two_children(self, n, folder=None):
+    """Sends two PER_CALL children without keys (they get keys derived from this job);
+    ``folder``: hold after sending, before the commit (crash tests)."""
+    first = notify.delay(n, "first child")
+    second = notify.delay(n, "second child")
+    if folder:
+        _hold(folder, f"family-{n}")
+    return [first.id, second.id]
+
+
 # -- leader-owned coordinators (celery_idem.LeaderTask) ------------------------------------
 
 

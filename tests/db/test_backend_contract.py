@@ -15,8 +15,8 @@ from django.utils import timezone
 from celery_idem.backends import Change, Claimant, Intent, get_backend
 from celery_idem.backends.generic import GenericBackend
 from celery_idem.errors import InvalidTransition
-from celery_idem.models import Transition
-from celery_idem.states import State, stale_q
+from celery_idem.models import Job, Transition
+from celery_idem.states import State, StepWrite, stale_q
 from celery_idem.testing import InMemoryBackend
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -148,3 +148,41 @@ def test_batches_move_the_matching_rows_and_count_resets(store):
     assert store.attempts_since_reset(ids[2], 3) == 2
     assert store.attempts_since_reset(ids[0], 3) == 3
     assert store.task_names(10) == ["tests.task"]
+
+
+def step(job_id, attempt, name="ocr"):
+    return Change(job_id, "step_completed", State.RUNNING, attempt=attempt,
+                  reason=f"step {name!r}")
+
+
+def test_steps_are_stored_once_and_fenced_by_the_attempt(store):
+    """A step is stored once; a zombie attempt can neither add nor overwrite one."""
+    past = timezone.now() - timedelta(minutes=5)
+    job = store.publish(intent(), "t-0", past).row
+    store.claim("claimed", intent(), claimant(now=past, lease=60))
+    now = timezone.now()
+    assert store.save_step(step(job.id, 1), "ocr", {"text": "a"}, now) is StepWrite.STORED
+    assert store.save_step(step(job.id, 1), "ocr", {"text": "b"}, now) is StepWrite.EXISTS
+    assert store.claim("taken_over", intent(), claimant("t-2")).won
+    assert store.save_step(step(job.id, 1, "index"), "index", 1, now) is StepWrite.FENCED
+    assert store.read_step(job.id, "index") == (False, None)
+    assert store.save_step(step(job.id, 2, "index"), "index", None, now) is StepWrite.STORED
+    assert store.read_step(job.id, "ocr") == (True, {"text": "a"})
+    assert store.read_step(job.id, "index") == (True, None)
+    assert store.apply(Change(job.id, "released", State.RUNNING, attempt=2,
+                              values={"lease_expires_at": None}), now)
+    assert store.save_step(step(job.id, 2, "x"), "x", 1, now) is StepWrite.FENCED  # PENDING
+    with pytest.raises(InvalidTransition):
+        store.save_step(Change(job.id, "late_finish", State.PENDING), "x", 1, now)
+    steps = [(e, a) for e, f, t, a in history(store, job.id) if e == "step_completed"]
+    assert steps == [("step_completed", 1), ("step_completed", 2)]
+    assert store.clear_steps(job.id) == 2 and store.read_step(job.id, "ocr") == (False, None)
+
+
+def test_a_child_intent_keeps_its_parent(store):
+    parent = store.publish(intent("p"), "t-0", timezone.now()).row
+    child = Intent("ns", "c", "tests.task", "fp", [], {}, {}, parent_id=parent.id)
+    row = store.publish(child, "t-1", timezone.now()).row
+    stored = (store.jobs[row.id].parent_id if isinstance(store, InMemoryBackend)
+              else Job.objects.get(pk=row.id).parent_id)
+    assert stored == parent.id

@@ -31,6 +31,9 @@ class Command(BaseCommand):
                             help="retry every matching job even without a filter")
         parser.add_argument("--limit", type=int, default=None, help="at most this many jobs")
         parser.add_argument("--note", default="", help="why, recorded in each job's history")
+        parser.add_argument("--clear-steps", action="store_true",
+                            help="delete each job's step checkpoints, so every step runs "
+                                 "again (default: completed steps are kept and skipped)")
         parser.add_argument("--dry-run", action="store_true",
                             help="list the jobs that would be retried, change nothing")
         parser.add_argument("--database", default=None,
@@ -48,7 +51,8 @@ class Command(BaseCommand):
         actor = f"idem_retry ({getpass.getuser()})"
         retried = 0
         for job in jobs:
-            result = actions.retry(job, actor=actor, note=options["note"])
+            result = actions.retry(job, actor=actor, note=options["note"],
+                                   clear_steps=options["clear_steps"])
             if not result.done:
                 self.stderr.write(f"skipped job {job.pk} {job.namespace}:{job.key}: "
                                   f"{result.outcome.value.replace('_', ' ')}")
