@@ -68,7 +68,8 @@ def take_over(app: Celery) -> None:
     from django.conf import settings
 
     for alias, options in settings.DATABASES.items():
-        if not options.get("CONN_MAX_AGE"):
+        # With a Django 5.1+ pool CONN_MAX_AGE must be 0: close() returns to the pool.
+        if not options.get("CONN_MAX_AGE") and not options.get("OPTIONS", {}).get("pool"):
             logger.warning("celery-idem: CELERY_IDEM_WORKER_CONNECTIONS is 'keep' but "
                            "DATABASES[%r]['CONN_MAX_AGE'] is 0, so its connection is still "
                            "closed after every task; set it to seconds (or None)", alias)
