@@ -13,8 +13,10 @@ the worker consumes them (no pre-filled queue). Measured per run:
   process, during its publish loop), ``worker`` (main process and pool children, and
   children reaped), ``postgres`` (every backend connected to the benchmark database),
   ``broker`` (redis-server or RabbitMQ's beam.smp: shared with anything else using it);
-- ``wal_bytes_per_task``: ``pg_current_wal_lsn()`` before and after (cluster-wide: other
-  databases on the same server count too, so run it on a quiet server);
+- ``wal_bytes_per_task``: the WAL records of this database between two
+  ``pg_current_wal_lsn()`` (read with pg_walinspect: records touching its relations and
+  their transactions' commit records), and ``wal_bytes_per_task_cluster``, everything
+  the server wrote meanwhile (other databases too);
 - ``pg_sessions_per_task``: PostgreSQL sessions opened per task (the connection policy);
 - the load average before and after.
 
@@ -123,16 +125,61 @@ def wal_lsn() -> str:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_current_wal_lsn()")
+        # The flushed position: pg_walinspect refuses a start it has not flushed yet.
+        cursor.execute("SELECT pg_current_wal_flush_lsn()")
         return str(cursor.fetchone()[0])
 
 
-def wal_bytes(since: str) -> int:
+def wal_bytes(since: str) -> tuple[int, int | None]:
+    """WAL written since ``since``: (cluster-wide, this database's own). The latter reads
+    the records with pg_walinspect: those touching a relation of this database, and the
+    commit records of their transactions; None without the extension."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [since])
-        return int(cursor.fetchone()[0])
+        cursor.execute("SELECT pg_current_wal_lsn(), pg_wal_lsn_diff(pg_current_wal_lsn(), %s),"
+                       " (SELECT oid FROM pg_database WHERE datname = current_database())",
+                       [since])
+        until, cluster, oid = cursor.fetchone()
+        if not _walinspect():
+            return int(cluster), None
+        if cluster <= 0:
+            return 0, 0  # nothing written (pg_walinspect refuses an empty range)
+        # pg_walinspect reads only flushed WAL; asynchronous commits flush within
+        # wal_writer_delay (200 ms by default).
+        c.wait_for(lambda: _flushed(cursor, until), 10, "the WAL flush", interval=0.05)
+        mine = f"%/{oid}/%"
+        cursor.execute(
+            "WITH r AS (SELECT xid::text AS xid, record_length, block_ref"
+            "  FROM pg_get_wal_records_info(%s, %s)),"
+            " ours AS (SELECT DISTINCT xid FROM r WHERE block_ref LIKE %s AND xid <> '0')"
+            " SELECT coalesce(sum(record_length), 0) FROM r WHERE block_ref LIKE %s"
+            " OR (block_ref = '' AND xid IN (SELECT xid FROM ours))",
+            [since, str(until), mine, mine])
+        return int(cluster), int(cursor.fetchone()[0])
+
+
+def _flushed(cursor: Any, lsn: Any) -> bool:
+    cursor.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", [str(lsn)])
+    return bool(cursor.fetchone()[0])
+
+
+_WALINSPECT: list[bool] = []
+
+
+def _walinspect() -> bool:
+    """pg_walinspect (PostgreSQL 15+, superuser) in the benchmark database, once."""
+    if not _WALINSPECT:
+        from django.db import connection
+
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+            _WALINSPECT.append(True)
+        except Exception as exc:  # noqa: BLE001 - older server or no privilege
+            c.log(f"pg_walinspect unavailable, WAL is cluster-wide only: {exc}")
+            _WALINSPECT.append(False)
+    return _WALINSPECT[0]
 
 
 # -- publishing ----------------------------------------------------------------------------
@@ -257,7 +304,8 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float) -> d
         "worker_per_s": round((n - 1) / span, 1) if worker is not None and span > 0 else None,
         "cpu_us_per_task": cpu,
         "cpu_us_per_task_total": round(sum(cpu.values()), 1),
-        "wal_bytes_per_task": round(wal / n, 1),
+        "wal_bytes_per_task": round(wal[1] / n, 1) if wal[1] is not None else None,
+        "wal_bytes_per_task_cluster": round(wal[0] / n, 1),
         "pg_sessions_per_task": round(sessions / n, 3),
         "effects": made, "exactly_once": made == expected,
         "loadavg_before": load_before, "loadavg_after": c.loadavg(),
@@ -280,7 +328,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for variant, r in by_variant.items():
             e = summary.setdefault(broker, {}).setdefault(variant, {
                 "total_per_s": [], "publish_per_s": [], "worker_per_s": [],
-                "ratio_to_django": [], "ratio_to_raw": [], "cpu": [], "wal": []})
+                "ratio_to_django": [], "ratio_to_raw": [], "cpu": [], "wal": [], "wal_cluster": [],
+                "sessions": []})
             rate = "publish_per_s" if variant.startswith("pub-") else "total_per_s"
             for key in ("total_per_s", "publish_per_s", "worker_per_s"):
                 if r[key] is not None:
@@ -292,11 +341,14 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     and not variant.startswith("pub-"):
                 e["ratio_to_raw"].append(round(r["total_per_s"] / by_variant["raw"]["total_per_s"], 3))
             e["cpu"].append(r["cpu_us_per_task"])
-            e["wal"].append(r["wal_bytes_per_task"])
+            e["wal_cluster"].append(r["wal_bytes_per_task_cluster"])
+            e["sessions"].append(r["pg_sessions_per_task"])
+            if r["wal_bytes_per_task"] is not None:
+                e["wal"].append(r["wal_bytes_per_task"])
     for variants in summary.values():
         for e in variants.values():
             for key in ("total_per_s", "publish_per_s", "worker_per_s", "ratio_to_django",
-                        "ratio_to_raw", "wal"):
+                        "ratio_to_raw", "wal", "wal_cluster", "sessions"):
                 e[f"median_{key}"] = round(c.median(e[key]), 3) if e[key] else None
             groups = sorted({g for cpu in e["cpu"] for g in cpu})
             e["median_cpu_us"] = {g: round(c.median(cpu.get(g, 0) for cpu in e["cpu"]), 1)
@@ -310,9 +362,11 @@ def print_table(data: dict[str, Any]) -> None:
     print(f"n={s['n']} rounds={s['rounds']} policy={s['policy']} "
           f"load {data['environment']['loadavg']} -> {data['loadavg_end']}")
     head = (f"  {'variant':10} {'total/s':>8} {'x django':>8} {'x raw':>6} {'publish/s':>9} "
-            f"{'worker/s':>8} {'cpu prod':>8} {'worker':>7} {'pg':>7} {'broker':>7} {'WAL B':>7}")
+            f"{'worker/s':>8} {'cpu prod':>8} {'worker':>7} {'pg':>7} {'broker':>7} {'WAL B':>7} "
+            f"{'sess':>5}")
     for broker, variants in data["summary"].items():
-        print(f"\n{broker} (medians; CPU in µs per task)\n{head}")
+        print(f"\n{broker} (medians; CPU µs, WAL bytes of this database and PostgreSQL "
+              f"sessions opened, per task)\n{head}")
         for name in VARIANTS:
             e = variants.get(name)
             if e is None:
@@ -322,7 +376,8 @@ def print_table(data: dict[str, Any]) -> None:
                   f"{e['median_ratio_to_raw']!s:>6} {e['median_publish_per_s']!s:>9} "
                   f"{e['median_worker_per_s']!s:>8} {cpu.get('producer')!s:>8} "
                   f"{cpu.get('worker')!s:>7} {cpu.get('postgres')!s:>7} "
-                  f"{cpu.get('broker')!s:>7} {e['median_wal']!s:>7}")
+                  f"{cpu.get('broker')!s:>7} {e['median_wal']!s:>7} "
+                  f"{e.get('median_sessions')!s:>5}")
 
 
 def main(argv: list[str] | None = None) -> int:
