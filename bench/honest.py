@@ -34,8 +34,10 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 
 Every Django worker runs under one connection policy, ``--policy`` (default ``keep``:
 ``CELERY_IDEM_WORKER_CONNECTIONS = "keep"`` with ``CONN_MAX_AGE`` 300; ``celery`` is the
-fixup as shipped, a new session per task). Ratios divide by ``django`` (and by ``raw``)
-of the same round.
+fixup as shipped, a new session per task); ``name:keep`` or ``name:celery`` in
+``--variants`` overrides it for one variant (e.g. ``django:celery``, to measure the
+fixup's reconnect in the same rounds). Ratios divide by ``django`` (and by ``raw``) of
+the same round.
 """
 
 from __future__ import annotations
@@ -367,10 +369,7 @@ def print_table(data: dict[str, Any]) -> None:
     for broker, variants in data["summary"].items():
         print(f"\n{broker} (medians; CPU µs, WAL bytes of this database and PostgreSQL "
               f"sessions opened, per task)\n{head}")
-        for name in VARIANTS:
-            e = variants.get(name)
-            if e is None:
-                continue
+        for name, e in variants.items():
             cpu = e["median_cpu_us"]
             print(f"  {name:10} {e['median_total_per_s']!s:>8} {e['median_ratio_to_django']!s:>8} "
                   f"{e['median_ratio_to_raw']!s:>6} {e['median_publish_per_s']!s:>9} "
@@ -404,8 +403,10 @@ def main(argv: list[str] | None = None) -> int:
         if b not in c.BROKERS:
             raise SystemExit(f"unknown broker {b!r}")
     for v in variants:
-        if v not in VARIANTS:
-            raise SystemExit(f"unknown variant {v!r}; choose from {VARIANTS}")
+        name, _, policy = v.partition(":")
+        if name not in VARIANTS or policy not in ("", "keep", "celery"):
+            raise SystemExit(f"unknown variant {v!r}; choose from {VARIANTS}, each "
+                             "optionally with :keep or :celery")
     c.configure(brokers[0])
     c.setup_django()
     import bench.worker_app  # noqa: F401 - the producer needs its configuration (ONCE)
@@ -418,8 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         _switch_broker(broker)
         for rnd in range(args.rounds):
             for variant in variants:
-                r = run_one(broker, variant, args.n, args.policy, timeout)
-                r["round"] = rnd
+                name, _, policy = variant.partition(":")
+                r = run_one(broker, name, args.n, policy or args.policy, timeout)
+                r["variant"], r["kind"], r["round"] = variant, name, rnd
                 runs.append(r)
     data = {
         "benchmark": "honest", "command": c.command_line(), "environment": env,
@@ -433,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     c.write_result("honest", data, args.out)
     print_table(data)
-    bad = [r for r in runs if not r["exactly_once"] and r["variant"] not in ("raw", "django")]
+    bad = [r for r in runs if not r["exactly_once"] and r["kind"] not in ("raw", "django")]
     if bad:
         c.log(f"exactly-once violated in {len(bad)} runs")
         return 1
