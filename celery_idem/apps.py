@@ -20,11 +20,15 @@ class CeleryIdemConfig(AppConfig):
         from .leader import release_held
         from .producer import on_before_task_publish
         from .recovery.worker import on_worker_shutdown
+        from .worker_connections import on_worker_init
 
         signals.before_task_publish.connect(
             on_before_task_publish, weak=False, dispatch_uid="celery_idem.publish")
         signals.worker_shutdown.connect(
             on_worker_shutdown, weak=False, dispatch_uid="celery_idem.worker_shutdown")
+        # CELERY_IDEM_WORKER_CONNECTIONS, applied after the Django fixup's own worker_init.
+        signals.worker_init.connect(
+            on_worker_init, weak=False, dispatch_uid="celery_idem.worker_connections")
         # A leader hands its shards over at once when it stops: a prefork child sends
         # worker_process_shutdown; solo and threads pools tick in the main process.
         signals.worker_process_shutdown.connect(

@@ -38,6 +38,10 @@ DEFAULTS: dict[str, Any] = {
     "CONNECTION_MAX_AGE": 600,
     # Whether that connection's commits wait for PostgreSQL's WAL flush.
     "SYNCHRONOUS_COMMIT": False,
+    # Django connections in workers: "celery" leaves Celery's fixup (a new connection per
+    # task on Celery >= 5.6); "keep" keeps them across tasks and closes them after a task
+    # that failed or was interrupted (celery_idem/worker_connections.py).
+    "WORKER_CONNECTIONS": "celery",
     # Days a finished job and its history are kept before idem_purge deletes them.
     "RETENTION_DAYS": 30,
 }

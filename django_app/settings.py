@@ -131,6 +131,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# The worker connection policy (celery_idem/worker_connections.py); tests switch it.
+CELERY_IDEM_WORKER_CONNECTIONS = os.environ.get("IDEM_WORKER_CONNECTIONS", "celery")
+if CELERY_IDEM_WORKER_CONNECTIONS == "keep":
+    DATABASES["default"]["CONN_MAX_AGE"] = 300  # "keep" honours it: 0 closes every task
 
 LOGGING = {
     "version": 1,

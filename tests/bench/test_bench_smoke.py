@@ -109,3 +109,28 @@ def test_filesystem_loss(bench_env, tmp_path):
     data = run(bench_env, tmp_path, "filesystem_loss.py", "--n", "50", "--rounds", "1")
     assert data["summary"]["celery_idem"] == {"sent": 50, "lost": 0}
     assert data["summary"]["kombu"]["sent"] == 50
+
+
+def test_honest(bench_env, tmp_path):
+    """Every variant on Redis; on RabbitMQ the raw app and the fixup's policy (a session per
+    task); the table prints from the results file."""
+    variants = "raw,django,once,floor,idem,atomic,replay,pub-plain,pub-idem" \
+        if _once_available() else "raw,django,floor,idem,atomic,replay,pub-plain,pub-idem"
+    data = run(bench_env, tmp_path, "honest.py", "--n", "8", "--rounds", "1",
+               "--brokers", "redis", "--variants", variants, timeout=150)
+    assert all(r["exactly_once"] for r in data["runs"])
+    assert set(data["summary"]["redis"]) == set(variants.split(","))
+    idem = next(r for r in data["runs"] if r["variant"] == "idem")
+    assert set(idem["cpu_us_per_task"]) == {"producer", "worker", "postgres", "broker"}
+    assert (idem["wal_bytes_per_task"] or idem["wal_bytes_per_task_cluster"]) > 0
+    # the "keep" policy: the Django workers opened no session per task
+    assert idem["pg_sessions_per_task"] < 1
+    data = run(bench_env, tmp_path, "honest.py", "--n", "8", "--rounds", "1",
+               "--brokers", "rabbitmq", "--variants", "raw,django:celery")
+    assert data["summary"]["rabbitmq"]["django:celery"]["median_ratio_to_raw"] > 0
+    fixup = next(r for r in data["runs"] if r["variant"] == "django:celery")
+    assert fixup["policy"] == "celery" and fixup["pg_sessions_per_task"] >= 1
+    proc = subprocess.run([sys.executable, "bench/honest.py", "--print",
+                           str(tmp_path / "honest.json")], cwd=ROOT, env=bench_env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "rabbitmq" in proc.stdout, proc.stderr[-3000:]

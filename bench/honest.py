@@ -1,0 +1,459 @@
+"""The honest end-to-end benchmark: the producer's time included, CPU and WAL per task.
+
+    .venv/bin/python bench/honest.py --n 2000 --rounds 7 --brokers redis,rabbitmq
+    .venv/bin/python bench/honest.py --print bench/results/honest.json
+
+Each run starts a fresh prefork worker (``-c 2``, acks_late, reject on worker lost,
+prefetch 1), warms it up with a few tasks, then this process publishes N messages while
+the worker consumes them (no pre-filled queue). Measured per run:
+
+- ``total_per_s``: N / (last task finished - first publish): producer and worker together;
+  ``publish_per_s``: the producer alone; ``worker_per_s``: (N - 1) / (last - first finish);
+- ``cpu_us_per_task`` per process group, from /proc (utime + stime): ``producer`` (this
+  process, during its publish loop), ``worker`` (main process and pool children, and
+  children reaped), ``postgres`` (every backend connected to the benchmark database),
+  ``broker`` (redis-server or RabbitMQ's beam.smp: shared with anything else using it);
+- ``wal_bytes_per_task``: the WAL records of this database between two
+  ``pg_current_wal_lsn()`` (read with pg_walinspect: records touching its relations and
+  their transactions' commit records), and ``wal_bytes_per_task_cluster``, everything
+  the server wrote meanwhile (other databases too);
+- ``pg_sessions_per_task``: PostgreSQL sessions opened per task (the connection policy);
+- the load average before and after.
+
+Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
+
+- ``raw``: plain Celery, no Django, one INSERT with psycopg on a kept connection
+  (bench/raw_app.py);
+- ``django``: the plain task in the Django project (``bench.plain``, one ORM create);
+- ``once``: celery-once ``QueueOnce`` (distinct keys);
+- ``floor``: the bare protocol in raw SQL on a kept connection (claim upsert, INSERT,
+  fenced commit: bench/raw_app.py), no Django;
+- ``idem``: ``IdempotentTask`` (default mode); ``atomic``: ``atomic=True``;
+- ``replay``: N messages for N keys that already SUCCEEDED;
+- ``pub-plain``, ``pub-idem``: publishing alone, no worker (plain vs idempotent).
+
+Every Django worker runs under one connection policy, ``--policy`` (default ``keep``:
+``CELERY_IDEM_WORKER_CONNECTIONS = "keep"`` with ``CONN_MAX_AGE`` 300; ``celery`` is the
+fixup as shipped, a new session per task); ``name:keep`` or ``name:celery`` in
+``--variants`` overrides it for one variant (e.g. ``django:celery``, to measure the
+fixup's reconnect in the same rounds). Ratios divide by ``django`` (and by ``raw``) of
+the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _common as c  # noqa: E402
+
+VARIANTS = ("raw", "django", "once", "floor", "idem", "atomic", "replay", "pub-plain", "pub-idem")
+RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
+WARMUP = 4
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+# -- /proc ---------------------------------------------------------------------------------
+
+def ticks(pid: int, children: bool = False) -> int:
+    """utime + stime of ``pid`` (plus its reaped children's), in clock ticks; 0 if gone."""
+    try:
+        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0
+    total = int(rest[11]) + int(rest[12])
+    return total + (int(rest[13]) + int(rest[14]) if children else 0)
+
+
+def pids_named(*names: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in names:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def pg_backends() -> list[int]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        return [r[0] for r in cursor.fetchall()]
+
+
+class Groups:
+    """CPU ticks of each process group, sampled before and after a run."""
+
+    def __init__(self, broker: str, worker: c.WorkerProcess | None) -> None:
+        self.broker_pids = pids_named("redis-server") if broker == "redis" \
+            else pids_named("beam.smp")
+        self.worker = worker
+
+    def sample(self) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {
+            "postgres": {p: ticks(p) for p in pg_backends()},
+            "broker": {p: ticks(p) for p in self.broker_pids},
+            "worker": {},
+        }
+        if self.worker is not None and self.worker.process is not None:
+            main = self.worker.process.pid
+            out["worker"] = {main: ticks(main, children=True),
+                             **{p: ticks(p) for p in self.worker.children()}}
+        return out
+
+    @staticmethod
+    def delta(before: dict[str, dict[int, int]], after: dict[str, dict[int, int]],
+              n: int) -> dict[str, float]:
+        """µs of CPU per task per group (a process new since ``before`` counts from 0)."""
+        per_task = {}
+        for group, now in after.items():
+            ticks_used = sum(t - before[group].get(p, 0) for p, t in now.items())
+            per_task[group] = round(1e6 * ticks_used / CLK / n, 1)
+        return per_task
+
+
+def wal_lsn() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        # The flushed position: pg_walinspect refuses a start it has not flushed yet.
+        cursor.execute("SELECT pg_current_wal_flush_lsn()")
+        return str(cursor.fetchone()[0])
+
+
+def wal_bytes(since: str) -> tuple[int, int | None]:
+    """WAL written since ``since``: (cluster-wide, this database's own). The latter reads
+    the records with pg_walinspect: those touching a relation of this database, and the
+    commit records of their transactions; None without the extension."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_lsn(), pg_wal_lsn_diff(pg_current_wal_lsn(), %s),"
+                       " (SELECT oid FROM pg_database WHERE datname = current_database())",
+                       [since])
+        until, cluster, oid = cursor.fetchone()
+        if not _walinspect():
+            return int(cluster), None
+        if cluster <= 0:
+            return 0, 0  # nothing written (pg_walinspect refuses an empty range)
+        # pg_walinspect reads only flushed WAL; asynchronous commits flush within
+        # wal_writer_delay (200 ms by default).
+        c.wait_for(lambda: _flushed(cursor, until), 10, "the WAL flush", interval=0.05)
+        mine = f"%/{oid}/%"
+        cursor.execute(
+            "WITH r AS (SELECT xid::text AS xid, record_length, block_ref"
+            "  FROM pg_get_wal_records_info(%s, %s)),"
+            " ours AS (SELECT DISTINCT xid FROM r WHERE block_ref LIKE %s AND xid <> '0')"
+            " SELECT coalesce(sum(record_length), 0) FROM r WHERE block_ref LIKE %s"
+            " OR (block_ref = '' AND xid IN (SELECT xid FROM ours))",
+            [since, str(until), mine, mine])
+        return int(cluster), int(cursor.fetchone()[0])
+
+
+def _flushed(cursor: Any, lsn: Any) -> bool:
+    cursor.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", [str(lsn)])
+    return bool(cursor.fetchone()[0])
+
+
+_WALINSPECT: list[bool] = []
+
+
+def _walinspect() -> bool:
+    """pg_walinspect (PostgreSQL 15+, superuser) in the benchmark database, once."""
+    if not _WALINSPECT:
+        from django.db import connection
+
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+            _WALINSPECT.append(True)
+        except Exception as exc:  # noqa: BLE001 - older server or no privilege
+            c.log(f"pg_walinspect unavailable, WAL is cluster-wide only: {exc}")
+            _WALINSPECT.append(False)
+    return _WALINSPECT[0]
+
+
+# -- publishing ----------------------------------------------------------------------------
+
+def sender(variant: str) -> Any:
+    """A function publishing one message of ``variant`` with a given producer and queue."""
+    from bench.worker_app import app
+    from django_app.effects import bench_tasks as t
+
+    if variant in RAW_APP:
+        name = RAW_APP[variant]
+        return lambda key, queue, producer: app.send_task(
+            name, (key,), queue=queue, producer=producer)
+    task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
+            "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
+            "atomic": t.bench_atomic}[variant]
+    if task is None:
+        raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
+    return lambda key, queue, producer: task.apply_async((key,), queue=queue, producer=producer)
+
+
+def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:
+    """Publish one message per key; (wall seconds, this process's CPU seconds)."""
+    from bench.worker_app import app
+
+    send = sender(variant)
+    with app.producer_or_acquire() as producer:
+        cpu0, wall0 = sum(os.times()[:2]), time.perf_counter()
+        for key in keys:
+            send(key, queue, producer)
+        return time.perf_counter() - wall0, sum(os.times()[:2]) - cpu0
+
+
+def finished_keys(keys: list[str]) -> None:
+    """Make ``keys`` SUCCEEDED jobs as a first run would (for ``replay``; not timed)."""
+    from django.db import connection
+
+    scratch = c.new_queue("bench-scratch")
+    try:
+        publish("idem", keys, scratch)  # the intents, on a queue no worker reads
+    finally:
+        c.delete_queue(os.environ["BENCH_BROKER"], scratch)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE celery_idem_job SET state = 'SUCCEEDED', attempt = 1, result = to_jsonb(key),"
+            " started_at = now(), finished_at = now() WHERE state = 'PENDING'")
+
+
+def reset() -> None:
+    from django.db import connection
+
+    from bench.raw_app import FLOOR_TABLE
+
+    c.reset_tables()
+    with connection.cursor() as cursor:
+        cursor.execute(FLOOR_TABLE)
+        cursor.execute("TRUNCATE bench_floor_job")
+
+
+def effects(prefix: str) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM effects_effect WHERE key LIKE %s", [prefix + "%"])
+        return int(cursor.fetchone()[0])
+
+
+# -- one run -------------------------------------------------------------------------------
+
+def run_one(broker: str, variant: str, n: int, policy: str, timeout: float) -> dict[str, Any]:
+    queue = c.new_queue(f"honest-{variant}")
+    tag = uuid.uuid4().hex[:8]
+    keys = [f"{tag}-{i}" for i in range(n)]
+    reset()
+    if variant == "once":
+        c.clear_once_locks()
+    if variant == "replay":
+        finished_keys(keys)
+    worker = None
+    if not variant.startswith("pub-"):
+        worker = c.WorkerProcess(queue, concurrency=2, extra_env={
+            "IDEM_WORKER_CONNECTIONS": policy})
+        if variant in RAW_APP:
+            worker.args[worker.args.index("bench.worker_app")] = "bench.raw_app"
+            worker.env.pop("DJANGO_SETTINGS_MODULE", None)  # no Django, no fixup
+    load_before = c.loadavg()
+    try:
+        if worker is not None:
+            worker.start()
+            warm = [f"warm{tag}-{i}" for i in range(WARMUP)]
+            publish("idem" if variant == "replay" else variant, warm, queue)
+            c.wait_for(lambda: c.marks(queue)["n"] >= WARMUP, timeout, f"{variant} warm-up",
+                       alive=worker.alive, on_fail=lambda: worker.log()[-3000:])  # type: ignore[union-attr]
+            c.clear_marks(queue)
+        groups = Groups(broker, worker)
+        sessions = c.sessions_opened()
+        before, lsn, t0 = groups.sample(), wal_lsn(), time.time()
+        publish_s, producer_cpu = publish(variant, keys, queue)
+        if worker is not None:
+            c.wait_for(lambda: c.marks(queue)["n"] >= n, timeout, f"{variant} on {broker}",
+                       alive=worker.alive, on_fail=lambda: worker.log()[-3000:])  # type: ignore[union-attr]
+        after, wal = groups.sample(), wal_bytes(lsn)
+        sessions = c.sessions_opened() - sessions
+    finally:
+        if worker is not None:
+            worker.stop()
+        c.delete_queue(broker, queue)
+    m = c.marks(queue)
+    c.clear_marks(queue)
+    if variant == "once":
+        c.clear_once_locks()
+    cpu = Groups.delta(before, after, n)
+    cpu["producer"] = round(1e6 * producer_cpu / n, 1)
+    made = effects(tag)
+    expected = 0 if variant in ("replay", "pub-plain", "pub-idem") else n
+    total_s = (m["last"] - t0) if worker is not None else publish_s
+    span = m["last"] - m["first"]
+    result = {
+        "broker": broker, "variant": variant, "policy": policy, "n": n,
+        "total_per_s": round(n / total_s, 1) if total_s > 0 else None,
+        "publish_per_s": round(n / publish_s, 1) if publish_s > 0 else None,
+        "worker_per_s": round((n - 1) / span, 1) if worker is not None and span > 0 else None,
+        "cpu_us_per_task": cpu,
+        "cpu_us_per_task_total": round(sum(cpu.values()), 1),
+        "wal_bytes_per_task": round(wal[1] / n, 1) if wal[1] is not None else None,
+        "wal_bytes_per_task_cluster": round(wal[0] / n, 1),
+        "pg_sessions_per_task": round(sessions / n, 3),
+        "effects": made, "exactly_once": made == expected,
+        "loadavg_before": load_before, "loadavg_after": c.loadavg(),
+    }
+    c.log(f"{broker:8} {variant:9} n={n} total {result['total_per_s']}/s publish "
+          f"{result['publish_per_s']}/s worker {result['worker_per_s']}/s cpu "
+          f"{result['cpu_us_per_task_total']} us wal {result['wal_bytes_per_task']} B "
+          f"load {result['loadavg_after'][0]}")
+    return result
+
+
+# -- summary and table ---------------------------------------------------------------------
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    rounds: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for r in runs:
+        rounds.setdefault((r["broker"], r["round"]), {})[r["variant"]] = r
+    for (broker, _), by_variant in sorted(rounds.items()):
+        for variant, r in by_variant.items():
+            e = summary.setdefault(broker, {}).setdefault(variant, {
+                "total_per_s": [], "publish_per_s": [], "worker_per_s": [],
+                "ratio_to_django": [], "ratio_to_raw": [], "cpu": [], "wal": [], "wal_cluster": [],
+                "sessions": []})
+            rate = "publish_per_s" if variant.startswith("pub-") else "total_per_s"
+            for key in ("total_per_s", "publish_per_s", "worker_per_s"):
+                if r[key] is not None:
+                    e[key].append(r[key])
+            base = by_variant.get("pub-plain" if variant.startswith("pub-") else "django")
+            if base and base[rate] and r[rate]:
+                e["ratio_to_django"].append(round(r[rate] / base[rate], 3))
+            if "raw" in by_variant and by_variant["raw"]["total_per_s"] and r["total_per_s"] \
+                    and not variant.startswith("pub-"):
+                e["ratio_to_raw"].append(round(r["total_per_s"] / by_variant["raw"]["total_per_s"], 3))
+            e["cpu"].append(r["cpu_us_per_task"])
+            e["wal_cluster"].append(r["wal_bytes_per_task_cluster"])
+            e["sessions"].append(r["pg_sessions_per_task"])
+            if r["wal_bytes_per_task"] is not None:
+                e["wal"].append(r["wal_bytes_per_task"])
+    for variants in summary.values():
+        for e in variants.values():
+            for key in ("total_per_s", "publish_per_s", "worker_per_s", "ratio_to_django",
+                        "ratio_to_raw", "wal", "wal_cluster", "sessions"):
+                e[f"median_{key}"] = round(c.median(e[key]), 3) if e[key] else None
+            groups = sorted({g for cpu in e["cpu"] for g in cpu})
+            e["median_cpu_us"] = {g: round(c.median(cpu.get(g, 0) for cpu in e["cpu"]), 1)
+                                  for g in groups}
+            del e["cpu"]
+    return summary
+
+
+def print_table(data: dict[str, Any]) -> None:
+    s = data["settings"]
+    print(f"n={s['n']} rounds={s['rounds']} policy={s['policy']} "
+          f"load {data['environment']['loadavg']} -> {data['loadavg_end']}")
+    head = (f"  {'variant':10} {'total/s':>8} {'x django':>8} {'x raw':>6} {'publish/s':>9} "
+            f"{'worker/s':>8} {'cpu prod':>8} {'worker':>7} {'pg':>7} {'broker':>7} {'WAL B':>7} "
+            f"{'sess':>5}")
+    for broker, variants in data["summary"].items():
+        print(f"\n{broker} (medians; CPU µs, WAL bytes of this database and PostgreSQL "
+              f"sessions opened, per task)\n{head}")
+        for name, e in variants.items():
+            cpu = e["median_cpu_us"]
+            print(f"  {name:10} {e['median_total_per_s']!s:>8} {e['median_ratio_to_django']!s:>8} "
+                  f"{e['median_ratio_to_raw']!s:>6} {e['median_publish_per_s']!s:>9} "
+                  f"{e['median_worker_per_s']!s:>8} {cpu.get('producer')!s:>8} "
+                  f"{cpu.get('worker')!s:>7} {cpu.get('postgres')!s:>7} "
+                  f"{cpu.get('broker')!s:>7} {e['median_wal']!s:>7} "
+                  f"{e.get('median_sessions')!s:>5}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=2000, help="tasks per run (default 2000)")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--brokers", default="redis,rabbitmq")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--policy", default="keep", choices=("keep", "celery"),
+                    help="the Django workers' connection policy (default keep)")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
+    ap.add_argument("--out", default=None, help="results file (default bench/results/honest.json)")
+    ap.add_argument("--print", dest="show", default=None, metavar="FILE",
+                    help="print the table of a results file and exit")
+    args = ap.parse_args(argv)
+    if args.show:
+        import json
+
+        print_table(json.loads(Path(args.show).read_text()))
+        return 0
+    brokers = [b for b in args.brokers.split(",") if b]
+    variants = [v for v in args.variants.split(",") if v]
+    for b in brokers:
+        if b not in c.BROKERS:
+            raise SystemExit(f"unknown broker {b!r}")
+    for v in variants:
+        name, _, policy = v.partition(":")
+        if name not in VARIANTS or policy not in ("", "keep", "celery"):
+            raise SystemExit(f"unknown variant {v!r}; choose from {VARIANTS}, each "
+                             "optionally with :keep or :celery")
+    c.configure(brokers[0])
+    c.setup_django()
+    import bench.worker_app  # noqa: F401 - the producer needs its configuration (ONCE)
+
+    env = c.environment()
+    timeout = args.timeout or (90 + 0.05 * args.n)
+    runs: list[dict[str, Any]] = []
+    started = time.time()
+    for broker in brokers:
+        _switch_broker(broker)
+        for rnd in range(args.rounds):
+            for variant in variants:
+                name, _, policy = variant.partition(":")
+                r = run_one(broker, name, args.n, policy or args.policy, timeout)
+                r["variant"], r["kind"], r["round"] = variant, name, rnd
+                runs.append(r)
+    data = {
+        "benchmark": "honest", "command": c.command_line(), "environment": env,
+        "settings": {"n": args.n, "rounds": args.rounds, "policy": args.policy,
+                     "concurrency": 2, "pool": "prefork", "prefetch_multiplier": 1,
+                     "acks_late": True, "warmup": WARMUP,
+                     "measure": "publish while the worker consumes; total = first publish "
+                                "to last finish"},
+        "elapsed_s": round(time.time() - started, 1), "loadavg_end": c.loadavg(),
+        "summary": summarize(runs), "runs": runs,
+    }
+    c.write_result("honest", data, args.out)
+    print_table(data)
+    bad = [r for r in runs if not r["exactly_once"] and r["kind"] not in ("raw", "django")]
+    if bad:
+        c.log(f"exactly-once violated in {len(bad)} runs")
+        return 1
+    return 0
+
+
+def _switch_broker(broker: str) -> None:
+    """Point this (producer) process's Celery app at ``broker``."""
+    from bench.worker_app import app
+
+    os.environ["IDEM_BROKER"] = c.BROKERS[broker]
+    os.environ["BENCH_BROKER"] = broker
+    app.conf.broker_url = c.BROKERS[broker]
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app.amqp._producer_pool = None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
