@@ -48,11 +48,18 @@ def worker_env(**extra: str) -> dict[str, str]:
     return env
 
 
+#: Every pool the tests run workers with, and the concurrency each runs at.
+POOL_CONCURRENCY = {"prefork": 2, "solo": 1, "threads": 4, "gevent": 8}
+
+
 class Worker:
     """One ``celery worker`` OS process (prefork by default) on this run's queue."""
 
-    def __init__(self, concurrency: int = 2, pool: str = "prefork",
+    def __init__(self, concurrency: int | None = None, pool: str = "prefork",
                  extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        if concurrency is None:
+            concurrency = POOL_CONCURRENCY[pool]
+        self.pool = pool
         self.name = f"w{uuid.uuid4().hex[:6]}"
         self.log_path = Path(settings.VAR_DIR) / f"{self.name}.log"
         self.args = [
@@ -95,6 +102,12 @@ class Worker:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def assert_no_persistence_errors(self) -> None:
+        """The job database never failed in this worker (a pool that shares a connection
+        between threads fails here, then re-queues until the right thread takes it)."""
+        bad = [line for line in self.log().splitlines() if "PersistenceError" in line]
+        assert not bad, f"{self.pool} worker: the job database failed:\n" + "\n".join(bad[:5])
 
     def kill(self) -> None:
         """SIGKILL the whole worker: main process and pool children at once."""
