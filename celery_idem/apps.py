@@ -13,6 +13,6 @@ class CeleryIdemConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import hooks
+        from . import checks, hooks  # noqa: F401 - importing checks registers them
 
         hooks.connect()
