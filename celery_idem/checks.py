@@ -31,7 +31,7 @@ _importing = False
 
 @checks.register(TAG)
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """E001: every idempotent task's declaration; E004: atomic tasks off the default
+    """E001: every idempotent task's declaration; E003: atomic tasks off the default
     database. Imports the project's task modules, as the worker does when it starts."""
     from .task import IdempotentTask
 
@@ -54,15 +54,15 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                  "only if the body writes to the job database; writes to another database "
                  "are kept when the body fails. Use the body's database for "
                  "CELERY_IDEM_DATABASE, or, if your DATABASE_ROUTERS send the body's models "
-                 "to it, silence this with SILENCED_SYSTEM_CHECKS = ['celery_idem.E004'].",
-            id="celery_idem.E004",
+                 "to it, silence this with SILENCED_SYSTEM_CHECKS = ['celery_idem.E003'].",
+            id="celery_idem.E003",
         ))
     return messages
 
 
 @checks.register(TAG)
 def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """W001/W002: acknowledgement settings; W006/E005: the filesystem broker."""
+    """W001/W002: acknowledgement settings; W006/E004: the filesystem broker."""
     conf = _celery_app().conf
     messages: list[checks.CheckMessage] = []
     if not conf.task_acks_late:
@@ -173,7 +173,7 @@ def _check_filesystem_broker(conf: Any) -> list[checks.CheckMessage]:
             f"the filesystem broker's folders do not exist: {', '.join(missing)}",
             hint="Create them, or use CELERY_BROKER_TRANSPORT = "
                  "'celery_idem.filesystem:Transport', which creates them.",
-            id="celery_idem.E005",
+            id="celery_idem.E004",
         ))
     return messages
 

@@ -83,7 +83,7 @@ class TestTaskDeclarations:
                         idempotency_key="p/{order_id}")(body)
         with override_settings(CELERY_IDEM_DATABASE="jobs"):
             messages = checks.check_tasks()
-        assert ids(messages) == ["celery_idem.E004"]
+        assert ids(messages) == ["celery_idem.E003"]
         assert "tests.atomic" in messages[0].msg and "tests.plain" not in messages[0].msg
         assert "SILENCED_SYSTEM_CHECKS" in messages[0].hint
         assert checks.check_tasks() == []  # on "default"
@@ -105,7 +105,7 @@ class TestCelerySettings:
         folders = {name: str(tmp_path / name) for name in
                    ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")}
         celery_app.conf.broker_transport_options = folders
-        assert ids(checks.check_celery_settings()) == ["celery_idem.E005", "celery_idem.W006"]
+        assert ids(checks.check_celery_settings()) == ["celery_idem.E004", "celery_idem.W006"]
         for path in folders.values():
             os.makedirs(path, exist_ok=True)
         assert ids(checks.check_celery_settings()) == ["celery_idem.W006"]
