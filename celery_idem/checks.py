@@ -38,7 +38,7 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
     tasks, errors = _load_tasks(_celery_app())
     messages: list[checks.CheckMessage] = [
         checks.Error(
-            f"idempotent task {name} cannot be created: {exc}",
+            str(exc) if name in str(exc) else f"idempotent task {name}: {exc}",
             hint="Fix the task's declaration (idempotency_key, on_in_progress, "
                  "on_stale_claim, max_attempts): the worker refuses to start until then.",
             id="celery_idem.E001",
