@@ -62,7 +62,8 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
 
 @checks.register(TAG)
 def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """W001/W002: acknowledgement settings; W006/E004: the filesystem broker."""
+    """W001/W002: acknowledgement settings; W006/E004: the filesystem broker; E005: an
+    event-loop pool the database driver cannot wait in."""
     conf = _celery_app().conf
     messages: list[checks.CheckMessage] = []
     if not conf.task_acks_late:
@@ -80,7 +81,27 @@ def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks
             id="celery_idem.W002",
         ))
     messages.extend(_check_filesystem_broker(conf))
+    messages.extend(_check_pool(str(conf.worker_pool or "")))
     return messages
+
+
+def _check_pool(pool: str) -> list[checks.CheckMessage]:
+    # Only a pool named in the settings is seen here; ``celery worker -P`` is not.
+    pool = pool.rsplit(":", 1)[-1].rsplit(".", 1)[-1].lower()
+    if pool not in ("gevent", "eventlet"):
+        return []
+    alias = settings.DATABASE
+    engine = django_settings.DATABASES.get(alias, {}).get("ENGINE", "")
+    if pool == "eventlet" or "sqlite3" in engine:
+        return [checks.Error(
+            f"worker_pool is {pool!r} with the job database on "
+            f"{engine.rsplit('.', 1)[-1] or alias}: a task waiting for a database lock "
+            "blocks the event loop while the task holding the lock cannot finish",
+            hint="Use gevent with PostgreSQL, or prefork, solo or threads "
+                 "(docs/operations.md, Worker pools).",
+            id="celery_idem.E005",
+        )]
+    return []
 
 
 @checks.register(TAG, checks.Tags.database)

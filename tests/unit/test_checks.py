@@ -119,6 +119,19 @@ class TestCelerySettings:
         assert checks.check_celery_settings() == []
 
 
+class TestPool:
+    def test_gevent_with_sqlite_and_eventlet_are_e005(self, celery_app, settings):
+        """Seen only when the pool is in the settings (celery worker -P is not)."""
+        celery_app.conf.worker_pool = "gevent"
+        sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+        assert ids(checks.check_celery_settings()) == (["celery_idem.E005"] if sqlite else [])
+        celery_app.conf.worker_pool = "eventlet"
+        assert ids(checks.check_celery_settings()) == ["celery_idem.E005"]
+        for pool in ("prefork", "threads", "solo"):
+            celery_app.conf.worker_pool = pool
+            assert checks.check_celery_settings() == []
+
+
 class TestJobDatabase:
     def test_an_unknown_alias_is_e002(self):
         with override_settings(CELERY_IDEM_DATABASE="jobs"):
