@@ -125,8 +125,19 @@ def _on_task_postrun(**_: Any) -> None:
     release_bookkeeping()
 
 
+def _on_shutdown(**_: Any) -> None:
+    # Every task of this process has finished (a warm shutdown waits for them): close the
+    # connections cleanly rather than leave the server to notice a dropped socket.
+    close_bookkeeping_connections()
+
+
 signals.task_postrun.connect(_on_task_postrun, weak=False,
                              dispatch_uid="celery_idem.connection.release")
+# A prefork child, and the worker process itself (solo, threads, gevent).
+signals.worker_process_shutdown.connect(_on_shutdown, weak=False,
+                                        dispatch_uid="celery_idem.connection.child_close")
+signals.worker_shutdown.connect(_on_shutdown, weak=False,
+                                dispatch_uid="celery_idem.connection.close")
 
 
 def _new_wrapper(alias: str) -> Any:
