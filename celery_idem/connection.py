@@ -126,9 +126,18 @@ def _on_task_postrun(**_: Any) -> None:
 
 
 def _on_shutdown(**_: Any) -> None:
-    # Every task of this process has finished (a warm shutdown waits for them): close the
-    # connections cleanly rather than leave the server to notice a dropped socket.
-    close_bookkeeping_connections()
+    # Close cleanly rather than leave the server to notice a dropped socket. Only the idle
+    # connections and this thread's: Celery may send worker_shutdown before the pool has
+    # stopped (a pool that is not signal-safe, such as gevent, stopped from a signal), and a
+    # connection a running task holds is not this thread's to close.
+    release_bookkeeping()
+    if os.getpid() != _pid:
+        return
+    with _lock:
+        idle = [wrapper for wrappers in _idle.values() for wrapper in wrappers]
+        _idle.clear()
+    for wrapper in idle:
+        wrapper.close()
 
 
 signals.task_postrun.connect(_on_task_postrun, weak=False,
