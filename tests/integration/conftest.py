@@ -11,7 +11,7 @@ from django.conf import settings
 
 from tests.conftest import require_service
 
-from .workers import POOL_CONCURRENCY, Worker
+from .workers import POOL_CONCURRENCY, Worker, purge_queue
 
 BROKER_SERVICES = {"redis": "redis", "amqp": "rabbitmq", "pyamqp": "rabbitmq"}
 
@@ -76,6 +76,7 @@ def broker_service() -> str:
 @pytest.fixture
 def worker(broker_service, transactional_db, pool):
     """A worker on ``pool`` (prefork unless the test is marked ``pools``), stopped after."""
+    purge_queue()
     w = Worker(pool=pool).start()
     yield w
     w.stop()

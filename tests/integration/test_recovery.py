@@ -21,7 +21,7 @@ from django_app.celery import app
 from django_app.effects.models import Effect
 from django_app.effects.tasks import ship_order, wait_for_file, wait_for_file_atomic
 
-from .workers import Worker, wait_until
+from .workers import Worker, purge_queue, wait_until
 
 TIMEOUT = 120
 
@@ -65,6 +65,7 @@ def kill_child_of(worker: Worker, key: str, flags: Path) -> None:
 
 @pytest.fixture
 def flags(tmp_path, broker_service, transactional_db):
+    purge_queue()
     return tmp_path
 
 

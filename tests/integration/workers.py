@@ -31,6 +31,14 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 60.0, interval: fl
         time.sleep(interval)
 
 
+def purge_queue() -> int:
+    """Drop what an earlier test left queued on this run's queue (a requeued or
+    re-dispatched duplicate of a key it had finished), so it cannot run in this test."""
+    from django_app.celery import app
+
+    return app.control.purge()
+
+
 def worker_env(**extra: str) -> dict[str, str]:
     """The environment a worker needs to share this test run's database and queue."""
     env = dict(os.environ)
