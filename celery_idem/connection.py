@@ -112,12 +112,13 @@ def _held_by_me() -> dict[str, Any]:
 def _forget_parent() -> None:
     # A forked pool child inherits its parent's objects; the sockets are the parent's.
     # psycopg does not close a connection garbage-collected in another process.
-    global _pid
+    # A new lock too: another thread of the parent may have held the old one at the fork.
+    global _pid, _lock
     if os.getpid() != _pid:
-        with _lock:
-            _pid = os.getpid()
-            _opened.clear()
-            _idle.clear()
+        _lock = threading.Lock()
+        _pid = os.getpid()
+        _opened.clear()
+        _idle.clear()
         _held_by_me().clear()
 
 
