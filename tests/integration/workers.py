@@ -85,14 +85,18 @@ class Worker:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-        result = ping.apply_async()
-        deadline = time.monotonic() + timeout
-        while not result.ready():
-            if self.process.poll() is not None:
-                raise AssertionError(f"worker exited at start:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"worker did not answer a ping:\n{self.log()}")
-            time.sleep(0.1)
+        try:
+            result = ping.apply_async()
+            deadline = time.monotonic() + timeout
+            while not result.ready():
+                if self.process.poll() is not None:
+                    raise AssertionError(f"worker exited at start:\n{self.log()}")
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"worker did not answer a ping:\n{self.log()}")
+                time.sleep(0.1)
+        except BaseException:
+            self.kill()  # no test owns it yet: never leave it running
+            raise
         return self
 
     @property
