@@ -17,6 +17,8 @@ class CeleryIdemConfig(AppConfig):
         # live as long as the process; each side effect has exactly one trigger.
         from celery import signals
 
+        from . import checks  # noqa: F401 - importing the module registers the checks
+        from .connection import on_shutdown, on_task_postrun
         from .leader import release_held
         from .producer import on_before_task_publish
         from .recovery.worker import on_worker_shutdown
@@ -26,6 +28,14 @@ class CeleryIdemConfig(AppConfig):
             on_before_task_publish, weak=False, dispatch_uid="celery_idem.publish")
         signals.worker_shutdown.connect(
             on_worker_shutdown, weak=False, dispatch_uid="celery_idem.worker_shutdown")
+        # The bookkeeping connection a task took goes back to the process's idle ones; a
+        # prefork child and the worker process itself (solo, threads, gevent) close theirs.
+        signals.task_postrun.connect(
+            on_task_postrun, weak=False, dispatch_uid="celery_idem.connection.release")
+        signals.worker_process_shutdown.connect(
+            on_shutdown, weak=False, dispatch_uid="celery_idem.connection.child_close")
+        signals.worker_shutdown.connect(
+            on_shutdown, weak=False, dispatch_uid="celery_idem.connection.close")
         # CELERY_IDEM_WORKER_CONNECTIONS, applied after the Django fixup's own worker_init.
         signals.worker_init.connect(
             on_worker_init, weak=False, dispatch_uid="celery_idem.worker_connections")

@@ -1,4 +1,4 @@
-"""The worker's own PostgreSQL connection for default-mode bookkeeping.
+"""The worker's own PostgreSQL connections for default-mode bookkeeping.
 
 Why: Celery's Django fixup closes every Django connection before and after each task
 (``close()``, unconditionally since Celery 5.6), so each task opens a new connection, and
@@ -13,7 +13,16 @@ last fraction of a second of bookkeeping is such a crash (recovery re-runs the j
 writes are visible to every other session at once, as usual. ``atomic=True`` tasks and
 anything inside your own transactions use Django's connection and its durability.
 
-Hygiene is Django's own: the wrapper is closed after an error or once older than
+Every pool: a connection belongs to one thread of execution at a time (a pool process,
+a ``-P threads`` thread, a ``-P gevent`` greenlet; gevent's monkeypatching makes
+``threading.local`` greenlet-local). The first use in a thread takes an idle connection
+from the process's pool of them, or opens one; ``task_postrun`` hands it back, because
+the gevent pool runs every task in a new greenlet and would otherwise open one
+connection per task. A psycopg connection must never be used by two threads at once;
+the pool gives each one to a single holder, so Django's thread check is told sharing is
+allowed (``inc_thread_sharing``) only to let the next holder in another thread use it.
+
+Hygiene is Django's own: a connection is closed after an error or once older than
 ``CELERY_IDEM_CONNECTION_MAX_AGE``, and a forked child never reuses its parent's.
 """
 
@@ -21,6 +30,8 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
+import weakref
 from typing import Any
 
 from django.db import connections
@@ -29,26 +40,106 @@ from django.db.utils import load_backend
 
 from .conf import settings
 
-_wrappers: dict[str, tuple[int, Any]] = {}
+#: The connections the current thread/greenlet holds, by alias.
+_held = threading.local()
+#: This process's idle connections, by alias, and every live connection it opened (weak:
+#: one left held by a greenlet that ended without task_postrun is closed when collected).
+_idle: dict[str, list[Any]] = {}
+_opened: weakref.WeakSet[Any] = weakref.WeakSet()
+_lock = threading.Lock()
+_pid = os.getpid()
 
 
 def bookkeeping_connection(alias: str) -> Any:
-    """This process's dedicated connection wrapper for ``alias`` (opened on first use)."""
-    pid = os.getpid()
-    entry = _wrappers.get(alias)
-    if entry is None or entry[0] != pid:
-        entry = _wrappers[alias] = (pid, _new_wrapper(alias))
-    wrapper = entry[1]
+    """The dedicated connection wrapper the current thread holds for ``alias``: taken
+    from the idle ones or opened on first use, handed back by ``release_bookkeeping``."""
+    _forget_parent()
+    held = _held_by_me()
+    wrapper = held.get(alias)
+    if wrapper is None:
+        with _lock:
+            idle = _idle.get(alias)
+            wrapper = idle.pop() if idle else None
+        if wrapper is None:
+            wrapper = _new_wrapper(alias)
+            with _lock:
+                _opened.add(wrapper)
+        held[alias] = wrapper
     wrapper.close_if_unusable_or_obsolete()
     return wrapper
 
 
+def release_bookkeeping() -> None:
+    """Hand the current thread's connections back to the process's idle ones."""
+    if os.getpid() != _pid:
+        return
+    held = _held_by_me()
+    with _lock:
+        for alias, wrapper in held.items():
+            _idle.setdefault(alias, []).append(wrapper)
+    held.clear()
+
+
 def close_bookkeeping_connections() -> None:
-    """Close this process's dedicated connections (tests, before dropping a database)."""
-    for pid, wrapper in list(_wrappers.values()):
-        if pid == os.getpid():
+    """Close every dedicated connection of this process (tests, shutdown, before dropping
+    a database). Only while no task runs: another thread may hold one."""
+    if os.getpid() == _pid:
+        with _lock:
+            opened = list(_opened)
+        for wrapper in opened:
             wrapper.close()
-    _wrappers.clear()
+    with _lock:
+        _opened.clear()
+        _idle.clear()
+    _held_by_me().clear()
+
+
+def open_count() -> int:
+    """How many dedicated connections this process has opened (tests)."""
+    _forget_parent()
+    return len(_opened)
+
+
+def _held_by_me() -> dict[str, Any]:
+    try:
+        return _held.wrappers
+    except AttributeError:
+        _held.wrappers = {}
+        return _held.wrappers
+
+
+def _forget_parent() -> None:
+    # A forked pool child inherits its parent's objects; the sockets are the parent's.
+    # psycopg does not close a connection garbage-collected in another process.
+    # A new lock too: another thread of the parent may have held the old one at the fork.
+    global _pid, _lock
+    if os.getpid() != _pid:
+        _lock = threading.Lock()
+        _pid = os.getpid()
+        _opened.clear()
+        _idle.clear()
+        _held_by_me().clear()
+
+
+def on_task_postrun(**_: Any) -> None:
+    """After each task: hand the thread's connections back (connected in apps.ready)."""
+    release_bookkeeping()
+
+
+def on_shutdown(**_: Any) -> None:
+    """At worker and pool-process shutdown: close the idle connections."""
+    # Close cleanly rather than leave the server to notice a dropped socket. Only the idle
+    # connections and this thread's: Celery may send worker_shutdown before the pool has
+    # stopped (a pool that is not signal-safe, such as gevent, stopped from a signal), and a
+    # connection a running task holds is not this thread's to close.
+    release_bookkeeping()
+    if os.getpid() != _pid:
+        return
+    with _lock:
+        idle = [wrapper for wrappers in _idle.values() for wrapper in wrappers]
+        _idle.clear()
+    for wrapper in idle:
+        wrapper.close()
 
 
 def _new_wrapper(alias: str) -> Any:
@@ -68,4 +159,7 @@ def _new_wrapper(alias: str) -> Any:
     # (Django marks errors_occurred), and the next use reconnects.
     settings_dict["CONN_HEALTH_CHECKS"] = False
     settings_dict["AUTOCOMMIT"] = True
-    return load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, alias)
+    wrapper = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, alias)
+    # One holder at a time (see the module docstring); the holder may change threads.
+    wrapper.inc_thread_sharing()
+    return wrapper

@@ -7,8 +7,10 @@ that way about once in a few thousand messages; the recovery task would re-dispa
 the job, but only after ``CELERY_IDEM_DISPATCH_TIMEOUT``.
 
 This transport writes each message under a name consumers ignore and renames it into
-place, which POSIX makes atomic: a consumer sees the whole message or nothing. Select
-it next to the usual URL::
+place, which POSIX makes atomic: a consumer sees the whole message or nothing. It also
+creates its folders (``data_folder_in``/``out``, ``processed_folder``, ``control_folder``)
+when a channel opens; kombu's fails on the first message if one is missing. Select it
+next to the usual URL::
 
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT = "celery_idem.filesystem:Transport"
@@ -31,6 +33,12 @@ PARTIAL_SUFFIX = ".part"
 
 
 class Channel(filesystem.Channel):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for folder in (self.data_folder_in, self.data_folder_out, self.processed_folder,
+                       self.control_folder):
+            os.makedirs(folder, exist_ok=True)
+
     # kombu names this parameter ``message`` in its base class and ``payload`` in the
     # filesystem one; no name satisfies both.
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]

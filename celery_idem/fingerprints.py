@@ -2,7 +2,9 @@
 
 Two calls that a JSON round trip cannot tell apart (dict order, tuple or list) have the
 same fingerprint; anything JSON cannot carry faithfully is refused up front, because the
-worker sees the arguments only after the broker's JSON round trip.
+worker sees the arguments only after the broker's JSON round trip. So is a NUL character
+in any string: PostgreSQL cannot store ``\u0000`` in ``text`` or ``jsonb``, and finding
+out at the database would fail the caller's transaction instead of its call.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 
 from .errors import ArgumentsNotJSON
 
-_SCALARS = (str, bool, int, type(None))
+_SCALARS = (bool, int, type(None))
+NUL = "\x00"
 
 
 def check_json(value: Any, where: str = "arguments") -> None:
@@ -22,6 +25,10 @@ def check_json(value: Any, where: str = "arguments") -> None:
     stack: list[tuple[Any, str]] = [(value, where)]
     while stack:
         item, path = stack.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                raise ArgumentsNotJSON(_nul_message(path))
+            continue
         if isinstance(item, _SCALARS):
             continue
         if isinstance(item, float):
@@ -37,12 +44,34 @@ def check_json(value: Any, where: str = "arguments") -> None:
                     raise ArgumentsNotJSON(
                         f"{path} has key {k!r} of type {type(k).__name__}; JSON keys are strings"
                     )
+                if NUL in k:
+                    raise ArgumentsNotJSON(_nul_message(f"a key of {path}"))
                 stack.append((v, f"{path}[{k!r}]"))
             continue
+        if _is_model_instance(item):
+            raise ArgumentsNotJSON(
+                f"{path} is a {type(item).__name__} model instance, not plain JSON: pass its "
+                f"primary key ({type(item).__name__.lower()}.pk) and load it in the task, "
+                "which also reads the row as it is when the task runs"
+            )
         raise ArgumentsNotJSON(
             f"{path} is a {type(item).__name__} ({item!r:.60}), not plain JSON: "
             "pass str(value), a number, or a dict/list of them"
         )
+
+
+def _nul_message(path: str) -> str:
+    return (f"{path} contains a NUL character (\\u0000), which PostgreSQL cannot store: "
+            "remove it or encode the value (e.g. base64)")
+
+
+def _is_model_instance(value: Any) -> bool:
+    # Imported here: this module must stay importable without Django configured.
+    try:
+        from django.db.models import Model
+    except ImportError:  # pragma: no cover - Django is a dependency
+        return False
+    return isinstance(value, Model)
 
 
 def canonical_json(value: Any) -> str:

@@ -41,6 +41,9 @@ def validate_key(key: Any) -> str:
         raise InvalidKey(f"an idempotency key must be a str, not {type(key).__name__}")
     if not key.strip():
         raise InvalidKey("an idempotency key must not be empty")
+    if "\x00" in key:
+        # PostgreSQL cannot store it in a text column; fail here, not in the database.
+        raise InvalidKey(f"idempotency key {key!r:.80} contains a NUL character (\\u0000)")
     if len(key) > KEY_MAX_LENGTH:
         raise InvalidKey(
             f"idempotency key is {len(key)} characters; the most is {KEY_MAX_LENGTH}: "

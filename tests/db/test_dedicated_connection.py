@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 from django.conf import settings
 from django.db import connections
@@ -9,7 +12,12 @@ from django.db import connections
 from celery_idem import claims
 from celery_idem.backends import get_backend
 from celery_idem.backends.generic import GenericBackend
-from celery_idem.connection import bookkeeping_connection, close_bookkeeping_connections
+from celery_idem.connection import (
+    bookkeeping_connection,
+    close_bookkeeping_connections,
+    open_count,
+    release_bookkeeping,
+)
 from celery_idem.models import Job
 from celery_idem.producer import write_intent
 from django_app.effects.tasks import ship_order
@@ -75,3 +83,94 @@ def _synchronous_commit(wrapper):
     with wrapper.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         return cursor.fetchone()[0]
+
+
+postgres_only = pytest.mark.skipif(not on_postgres,
+                                   reason="SQLite has no dedicated connection")
+
+
+def _in_thread(fn):
+    """Run ``fn`` in a new thread and return its result (or raise its exception)."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            out["error"] = exc
+        finally:
+            connections.close_all()  # this thread's Django connections
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def _backend_pid(wrapper):
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+@postgres_only
+def test_each_thread_holds_its_own_connection_at_once():
+    """-P threads / gevent: two holders at the same time never share a connection, and a
+    wrapper opened in one thread is usable by the next holder in another."""
+    barrier = threading.Barrier(3, timeout=30)
+
+    def hold():
+        wrapper = bookkeeping_connection("default")
+        pid = _backend_pid(wrapper)
+        barrier.wait()  # all three hold theirs at the same time
+        assert _backend_pid(bookkeeping_connection("default")) == pid  # same while held
+        barrier.wait()
+        release_bookkeeping()
+        connections.close_all()
+        return pid
+
+    threads = [threading.Thread(target=lambda: pids.append(hold())) for _ in range(3)]
+    pids: list[int] = []
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(pids) == 3 and len(set(pids)) == 3
+    assert open_count() == 3
+    # Released connections are reused by later threads, not reopened.
+    assert _in_thread(lambda: _backend_pid(bookkeeping_connection("default"))) in pids
+    assert open_count() == 3
+
+
+@postgres_only
+def test_claims_from_several_threads_commit():
+    """What the threads pool does: claim and commit in worker threads (before the
+    per-thread connections, Django refused a wrapper created in another thread)."""
+    claim(10).succeed(10)  # the main thread's connection, released to the idle ones
+    release_bookkeeping()
+    for n in range(11, 14):
+        _in_thread(lambda n=n: (claim(n).succeed(n), release_bookkeeping()))
+    assert Job.objects.filter(state="SUCCEEDED").count() == 4
+    assert open_count() == 1
+
+
+@postgres_only
+def test_a_forked_child_opens_its_own_connection():
+    """The parent's connection object is never used in a forked child."""
+    parent = _backend_pid(bookkeeping_connection("default"))
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.write(write, str(_backend_pid(bookkeeping_connection("default"))).encode())
+            close_bookkeeping_connections()
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    assert int(os.read(read, 64) or b"0") not in (0, parent)
+    os.close(read)
+    assert _backend_pid(bookkeeping_connection("default")) == parent

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from urllib.parse import urlparse
 
 import pytest
@@ -9,9 +11,47 @@ from django.conf import settings
 
 from tests.conftest import require_service
 
-from .workers import Worker
+from .workers import POOL_CONCURRENCY, Worker, purge_queue
 
 BROKER_SERVICES = {"redis": "redis", "amqp": "rabbitmq", "pyamqp": "rabbitmq"}
+
+#: IDEM_FULL_MATRIX=1 runs every worker test on every pool and every tier; without it,
+#: the tests marked ``pools`` run on the tier's pools (tier_pools) and the rest on prefork.
+FULL_MATRIX = os.environ.get("IDEM_FULL_MATRIX", "") == "1"
+
+
+def tier_pools() -> tuple[str, ...]:
+    """The pools this tier runs the ``pools`` tests on: all four on PostgreSQL + Redis
+    (where the bookkeeping connection is per thread), prefork and threads on SQLite."""
+    all_pools = tuple(POOL_CONCURRENCY)
+    if FULL_MATRIX:
+        return all_pools
+    broker = urlparse(settings.CELERY_BROKER_URL).scheme
+    if settings.DATABASE_KIND == "postgres" and broker == "redis":
+        return all_pools
+    if settings.DATABASE_KIND == "sqlite":
+        return ("prefork", "threads")
+    return ("prefork",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "pool" not in metafunc.fixturenames:
+        return
+    marked = metafunc.definition.get_closest_marker("pools") is not None
+    pools = tier_pools() if marked or FULL_MATRIX else ("prefork",)
+    metafunc.parametrize("pool", [pytest.param(p, marks=_pool_marks(p)) for p in pools])
+
+
+def _pool_marks(pool: str) -> list[pytest.MarkDecorator]:
+    if pool != "gevent":
+        return []
+    if importlib.util.find_spec("gevent") is None:
+        return [pytest.mark.skip(reason="gevent is not installed (test extras)")]
+    if settings.DATABASE_KIND == "sqlite":
+        # sqlite3 waits for a lock in C, blocking the event loop, so the greenlet that
+        # holds the lock cannot finish (docs/operations.md, Worker pools).
+        return [pytest.mark.skip(reason="SQLite's lock wait blocks gevent's event loop")]
+    return []
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,8 +74,10 @@ def broker_service() -> str:
 
 
 @pytest.fixture
-def worker(broker_service, transactional_db):
-    """A prefork worker (2 processes) for one test, stopped afterwards."""
-    w = Worker(concurrency=2).start()
+def worker(broker_service, transactional_db, pool):
+    """A worker on ``pool`` (prefork unless the test is marked ``pools``), stopped after."""
+    purge_queue()
+    w = Worker(pool=pool).start()
     yield w
     w.stop()
+    w.assert_no_persistence_errors()

@@ -1,6 +1,9 @@
-"""The same key published several times to real workers runs its body once."""
+"""The same key published several times to real workers runs its body once, on every
+worker pool of the tier (the ``pools`` marker, tests/integration/conftest.py)."""
 
 from __future__ import annotations
+
+import pytest
 
 from celery_idem.models import Job, Transition
 from django_app.effects.models import Effect
@@ -11,6 +14,7 @@ from .workers import wait_until
 RESULT_TIMEOUT = 120
 
 
+@pytest.mark.pools
 def test_same_key_five_times_runs_once_and_every_caller_gets_the_result(worker):
     """Five publishes of one key: one effect, five equal results, history shows duplicates."""
     results = [ship_order.delay(42, hold=0.5) for _ in range(5)]
@@ -26,6 +30,7 @@ def test_same_key_five_times_runs_once_and_every_caller_gets_the_result(worker):
     assert events[:3] == ["published", "claimed", "succeeded"]
 
 
+@pytest.mark.pools
 def test_atomic_task_published_five_times_writes_its_effect_once(worker):
     """atomic=True: duplicates serialise on the claim and replay the one result."""
     results = [deduct_stock.delay(7, 3, 2, hold=0.3) for _ in range(5)]
@@ -38,9 +43,21 @@ def test_atomic_task_published_five_times_writes_its_effect_once(worker):
     assert Transition.objects.filter(job=job, event="duplicate").count() == 4
 
 
+@pytest.mark.pools
+def test_a_finished_key_published_again_replays_its_result(worker):
+    """Publishes after the key finished get the stored value; the body does not run again."""
+    first = ship_order.delay(43).get(timeout=RESULT_TIMEOUT)
+    again = [ship_order.delay(43) for _ in range(3)]
+
+    assert [r.get(timeout=RESULT_TIMEOUT) for r in again] == [first] * 3
+    assert first == {"shipped": 43, "attempt": 1}
+    assert Effect.objects.filter(key="ship/43").count() == 1
+    job = Job.objects.get(key="ship/43")
+    assert (job.state, job.attempt) == ("SUCCEEDED", 1)
+    assert Transition.objects.filter(job=job, event="claimed").count() == 1
+
+
 def test_wait_until_helper_times_out():
     """The polling helper raises instead of waiting forever."""
-    import pytest
-
     with pytest.raises(AssertionError, match="timed out"):
         wait_until(lambda: False, timeout=0.3, what="nothing")

@@ -21,7 +21,7 @@ from django_app.effects.models import Effect
 from django_app.effects.tasks import ship_order, wait_for_file, wait_for_file_atomic
 
 from .jobs import TIMEOUT, job, later
-from .workers import Worker, wait_until
+from .workers import Worker, purge_queue, wait_until
 
 
 def events(key: str) -> list[tuple[str, int]]:
@@ -53,6 +53,7 @@ def kill_child_of(worker: Worker, key: str, flags: Path) -> None:
 
 @pytest.fixture
 def flags(tmp_path, broker_service, transactional_db):
+    purge_queue()
     return tmp_path
 
 
@@ -87,10 +88,12 @@ def test_child_killed_in_an_atomic_body_leaves_the_effect_exactly_once(flags):
     assert names.index("attempt_lost") < names.index("claimed") < names.index("succeeded")
 
 
-def test_whole_worker_killed_after_effect_is_recovered_by_the_reaper(flags):
+@pytest.mark.pools
+def test_whole_worker_killed_after_effect_is_recovered_by_the_reaper(flags, pool):
     """SIGKILL of the whole worker: nothing reports it; the stale claim is released by the
-    recovery pass and a new worker completes attempt 2."""
-    first = Worker(concurrency=2).start()
+    recovery pass (no worker runs while the clock is moved on) and a new worker on the
+    same pool completes attempt 2."""
+    first = Worker(pool=pool).start()
     try:
         start_blocked(wait_for_file, "whole", flags)
     finally:
@@ -99,16 +102,19 @@ def test_whole_worker_killed_after_effect_is_recovered_by_the_reaper(flags):
     assert job("wait/whole").state == "RUNNING"
     report = reaper.reap(now=later())
     assert report.as_dict() == {"released": {wait_for_file.name: 1}}
-    with Worker(concurrency=2):
+    with Worker(pool=pool) as second:
         wait_until(lambda: job("wait/whole").state == "SUCCEEDED", TIMEOUT, what="success")
+    first.assert_no_persistence_errors()
+    second.assert_no_persistence_errors()
     assert ("released", 1) in events("wait/whole") and ("claimed", 2) in events("wait/whole")
     assert Effect.objects.filter(key="wait/whole").count() == 2
 
 
-def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(flags):
+@pytest.mark.pools
+def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(flags, pool):
     """atomic=True, whole worker SIGKILLed: the job was never visibly claimed; the reaper
     re-dispatches the PENDING intent and the effect exists exactly once."""
-    first = Worker(concurrency=2).start()
+    first = Worker(pool=pool).start()
     try:
         start_blocked(wait_for_file_atomic, "awhole", flags)
     finally:
@@ -120,9 +126,11 @@ def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(flags):
     # lock is gone (no worker runs meanwhile, so the moved clock claims nothing).
     wait_until(lambda: reaper.reap(now=later()).total("redispatched") == 1, TIMEOUT,
                interval=0.5, what="the re-dispatch of the dead worker's job")
-    with Worker(concurrency=2):
+    with Worker(pool=pool) as second:
         wait_until(lambda: job("wait-atomic/awhole").state == "SUCCEEDED", TIMEOUT,
                    what="success")
+    first.assert_no_persistence_errors()
+    second.assert_no_persistence_errors()
     assert Effect.objects.filter(key="wait-atomic/awhole").count() == 1
     names = [e for e, _ in events("wait-atomic/awhole")]
     assert names.index("redispatched") < names.index("claimed") < names.index("succeeded")

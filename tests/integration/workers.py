@@ -31,6 +31,14 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 60.0, interval: fl
         time.sleep(interval)
 
 
+def purge_queue() -> int:
+    """Drop what an earlier test left queued on this run's queue (a requeued or
+    re-dispatched duplicate of a key it had finished), so it cannot run in this test."""
+    from django_app.celery import app
+
+    return app.control.purge()
+
+
 def worker_env(**extra: str) -> dict[str, str]:
     """The environment a worker needs to share this test run's database and queue."""
     env = dict(os.environ)
@@ -48,11 +56,18 @@ def worker_env(**extra: str) -> dict[str, str]:
     return env
 
 
+#: Every pool the tests run workers with, and the concurrency each runs at.
+POOL_CONCURRENCY = {"prefork": 2, "solo": 1, "threads": 4, "gevent": 8}
+
+
 class Worker:
     """One ``celery worker`` OS process (prefork by default) on this run's queue."""
 
-    def __init__(self, concurrency: int = 2, pool: str = "prefork",
+    def __init__(self, concurrency: int | None = None, pool: str = "prefork",
                  extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        if concurrency is None:
+            concurrency = POOL_CONCURRENCY[pool]
+        self.pool = pool
         self.name = f"w{uuid.uuid4().hex[:6]}"
         self.log_path = Path(settings.VAR_DIR) / f"{self.name}.log"
         self.args = [
@@ -70,14 +85,18 @@ class Worker:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-        result = ping.apply_async()
-        deadline = time.monotonic() + timeout
-        while not result.ready():
-            if self.process.poll() is not None:
-                raise AssertionError(f"worker exited at start:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"worker did not answer a ping:\n{self.log()}")
-            time.sleep(0.1)
+        try:
+            result = ping.apply_async()
+            deadline = time.monotonic() + timeout
+            while not result.ready():
+                if self.process.poll() is not None:
+                    raise AssertionError(f"worker exited at start:\n{self.log()}")
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"worker did not answer a ping:\n{self.log()}")
+                time.sleep(0.1)
+        except BaseException:
+            self.kill()  # no test owns it yet: never leave it running
+            raise
         return self
 
     @property
@@ -95,6 +114,12 @@ class Worker:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def assert_no_persistence_errors(self) -> None:
+        """The job database never failed in this worker (a pool that shares a connection
+        between threads fails here, then re-queues until the right thread takes it)."""
+        bad = [line for line in self.log().splitlines() if "PersistenceError" in line]
+        assert not bad, f"{self.pool} worker: the job database failed:\n" + "\n".join(bad[:5])
 
     def kill(self) -> None:
         """SIGKILL the whole worker: main process and pool children at once."""

@@ -8,15 +8,26 @@ import pytest
 from celery import Celery
 from kombu import Connection
 from kombu.exceptions import ChannelError
+from kombu.transport.virtual import BrokerState
 
 from celery_idem import filesystem
 
 TRANSPORT = "celery_idem.filesystem:Transport"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_broker_state(monkeypatch):
+    # kombu's filesystem transport remembers declared bindings per process, and writes a
+    # binding into the control folder only the first time: each test has its own folder.
+    monkeypatch.setattr(filesystem.Transport, "global_state", BrokerState())
+
+
 def connect(folder) -> Connection:
+    # The transport creates its processed and control folders: beside the queue folder,
+    # which the tests list.
     options = {"data_folder_in": str(folder), "data_folder_out": str(folder),
-               "polling_interval": 0}
+               "processed_folder": f"{folder}-processed",
+               "control_folder": f"{folder}-control", "polling_interval": 0}
     return Connection("filesystem://", transport=TRANSPORT, transport_options=options)
 
 
@@ -25,7 +36,9 @@ def test_celery_setting_selects_the_atomic_transport(tmp_path):
     app.conf.broker_url = "filesystem://"
     app.conf.broker_transport = TRANSPORT
     app.conf.broker_transport_options = {"data_folder_in": str(tmp_path),
-                                         "data_folder_out": str(tmp_path)}
+                                         "data_folder_out": str(tmp_path),
+                                         "processed_folder": str(tmp_path / "processed"),
+                                         "control_folder": str(tmp_path / "control")}
     with app.connection_for_write() as conn:
         assert isinstance(conn.transport, filesystem.Transport)
 
@@ -83,3 +96,15 @@ def test_a_failed_publish_raises_and_leaves_no_partial_file(tmp_path, monkeypatc
         with pytest.raises(ChannelError):
             queue.put({"n": 1})
     assert os.listdir(tmp_path) == []
+
+
+def test_the_transport_creates_its_missing_folders(tmp_path):
+    """No folder exists yet: the first channel makes them all, and a message goes through."""
+    base = tmp_path / "broker"
+    with connect(base / "queue") as conn:
+        queue = conn.SimpleQueue("jobs", serializer="json")
+        queue.put({"order": 1})
+        assert queue.get(timeout=5).payload == {"order": 1}
+        queue.close()
+    assert sorted(p.name for p in base.iterdir()) == [
+        "queue", "queue-control", "queue-processed"]

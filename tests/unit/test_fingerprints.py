@@ -57,3 +57,30 @@ def test_values_json_cannot_carry_are_refused_with_their_path(value, where):
         fingerprint(value)
     assert where in str(info.value)
     assert isinstance(info.value, TypeError)
+
+
+@pytest.mark.parametrize("value,where", [
+    ("a\x00b", "arguments contains a NUL"),
+    ({"note": "x\x00"}, "arguments['note'] contains a NUL"),
+    ({"a\x00": 1}, "a key of arguments contains a NUL"),
+    ({"deep": [1, {"k": ["ok", "\x00"]}]}, "arguments['deep'][1]['k'][1] contains a NUL"),
+])
+def test_a_nul_character_anywhere_is_refused(value, where):
+    """PostgreSQL cannot store \\u0000 in text or jsonb: ArgumentsNotJSON names the place,
+    before any database write (so the caller's transaction is untouched)."""
+    with pytest.raises(ArgumentsNotJSON) as info:
+        fingerprint(value)
+    assert where in str(info.value)
+
+
+def test_other_control_characters_are_kept():
+    """Only NUL is refused; tabs, newlines and other control characters are stored."""
+    assert json.loads(canonical_json(["a\tb\n\x01"])) == ["a\tb\n\x01"]
+
+
+def test_a_model_instance_suggests_passing_its_primary_key():
+    """The most common mistake gets the most useful hint."""
+    from django_app.effects.models import Effect
+
+    with pytest.raises(ArgumentsNotJSON, match=r"Effect model instance.*effect\.pk"):
+        fingerprint({"effect": Effect(key="k")})

@@ -13,6 +13,7 @@ from celery_idem import (
     InvalidKey,
     MissingKey,
 )
+from celery_idem.errors import ArgumentsNotJSON
 from celery_idem.fingerprints import fingerprint
 from celery_idem.keys import KEY_MAX_LENGTH, validate_key
 
@@ -144,3 +145,25 @@ class TestValidateKey:
     def test_a_key_of_the_maximum_length_is_accepted(self):
         """The limit is inclusive."""
         assert validate_key("k" * KEY_MAX_LENGTH) == "k" * KEY_MAX_LENGTH
+
+    @pytest.mark.parametrize("key", ["a\x00b", "\x00", "order/1\x00"])
+    def test_a_nul_character_is_an_invalid_key(self, key):
+        """PostgreSQL cannot store NUL in text: refused before any database write."""
+        with pytest.raises(InvalidKey, match="NUL"):
+            validate_key(key)
+
+    def test_a_nul_from_a_per_call_key_or_a_callable_is_refused(self):
+        """Every key source goes through the same check."""
+        per_call = make_task(ship, name="t.nul1", idempotency_key=PER_CALL)
+        with pytest.raises(InvalidKey, match="NUL"):
+            per_call.intent((5,), key="k\x00")
+        from_callable = make_task(ship, name="t.nul2",
+                                  idempotency_key=lambda order_id, **_: f"o\x00{order_id}")
+        with pytest.raises(InvalidKey, match="NUL"):
+            from_callable.intent((5,))
+
+    def test_a_nul_in_an_argument_a_template_uses_is_refused_as_arguments(self):
+        """The arguments are checked first (their fingerprint), so the error names them."""
+        task = make_task(ship, name="t.nul3", idempotency_key="ship/{order_id}")
+        with pytest.raises(ArgumentsNotJSON, match=r"\['order_id'\] contains a NUL"):
+            task.intent(("a\x00b",))

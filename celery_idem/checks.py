@@ -1,0 +1,272 @@
+"""System checks (``manage.py check``): what would make the worker refuse to start, or
+lose the guarantee, found before it runs. Each id and its fix is in docs/operations.md.
+
+Imported from ``CeleryIdemConfig.ready()``, which registers them. The Celery app they
+read is ``celery.current_app``: the project's own once the project imports it, as
+Celery's Django layout does in ``proj/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import django
+from celery import Celery, current_app
+from celery.local import Proxy
+from django.conf import settings as django_settings
+from django.core import checks
+from django.db import connections
+
+from .conf import settings
+from .errors import ConfigurationError
+
+TAG = "celery_idem"
+#: A busy timeout, in seconds, under which SQLite's "database is locked" is likely.
+SQLITE_MIN_TIMEOUT = 20
+_WAL = re.compile(r"journal_mode\s*=\s*'?wal", re.IGNORECASE)
+_importing = False
+
+
+@checks.register(TAG)
+def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E001: every idempotent task's declaration; E003: atomic tasks off the default
+    database. Imports the project's task modules, as the worker does when it starts."""
+    from .task import IdempotentTask
+
+    tasks, errors = _load_tasks(_celery_app())
+    messages: list[checks.CheckMessage] = [
+        checks.Error(
+            str(exc) if name in str(exc) else f"idempotent task {name}: {exc}",
+            hint="Fix the task's declaration (idempotency_key, on_in_progress, "
+                 "on_stale_claim, max_attempts): the worker refuses to start until then.",
+            id="celery_idem.E001",
+        )
+        for name, exc in errors
+    ]
+    atomic = sorted(t.name for t in tasks if isinstance(t, IdempotentTask) and t.atomic)
+    if atomic and settings.DATABASE != "default":
+        messages.append(checks.Error(
+            f"atomic=True tasks ({', '.join(atomic)}) keep their job rows on "
+            f"CELERY_IDEM_DATABASE={settings.DATABASE!r}, not 'default'",
+            hint="atomic=True commits the job row and the body's writes in one transaction "
+                 "only if the body writes to the job database; writes to another database "
+                 "are kept when the body fails. Use the body's database for "
+                 "CELERY_IDEM_DATABASE, or, if your DATABASE_ROUTERS send the body's models "
+                 "to it, silence this with SILENCED_SYSTEM_CHECKS = ['celery_idem.E003'].",
+            id="celery_idem.E003",
+        ))
+    return messages
+
+
+@checks.register(TAG)
+def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W001/W002: acknowledgement settings; W006/E004: the filesystem broker; E005: an
+    event-loop pool the database driver cannot wait in."""
+    conf = _celery_app().conf
+    messages: list[checks.CheckMessage] = []
+    if not conf.task_acks_late:
+        messages.append(checks.Warning(
+            "task_acks_late is off: a worker that dies mid-task has already acknowledged "
+            "its message, so only the recovery pass (after the lease) runs the job again",
+            hint="Set CELERY_TASK_ACKS_LATE = True.",
+            id="celery_idem.W001",
+        ))
+    if not conf.task_reject_on_worker_lost:
+        messages.append(checks.Warning(
+            "task_reject_on_worker_lost is off: the message of a task whose pool child "
+            "was killed is not requeued; the job waits for the recovery pass",
+            hint="Set CELERY_TASK_REJECT_ON_WORKER_LOST = True (with acks_late).",
+            id="celery_idem.W002",
+        ))
+    messages.extend(_check_filesystem_broker(conf))
+    messages.extend(_check_pool(str(conf.worker_pool or "")))
+    return messages
+
+
+def _check_pool(pool: str) -> list[checks.CheckMessage]:
+    # Only a pool named in the settings is seen here; ``celery worker -P`` is not.
+    pool = pool.rsplit(":", 1)[-1].rsplit(".", 1)[-1].lower()
+    if pool not in ("gevent", "eventlet"):
+        return []
+    alias = settings.DATABASE
+    engine = django_settings.DATABASES.get(alias, {}).get("ENGINE", "")
+    if pool == "eventlet" or "sqlite3" in engine:
+        return [checks.Error(
+            f"worker_pool is {pool!r} with the job database on "
+            f"{engine.rsplit('.', 1)[-1] or alias}: a task waiting for a database lock "
+            "blocks the event loop while the task holding the lock cannot finish",
+            hint="Use gevent with PostgreSQL, or prefork, solo or threads "
+                 "(docs/operations.md, Worker pools).",
+            id="celery_idem.E005",
+        )]
+    return []
+
+
+@checks.register(TAG, checks.Tags.database)
+def check_job_database(app_configs: Any = None, databases: Iterable[str] | None = None,
+                       **kwargs: Any) -> list[checks.CheckMessage]:
+    """E002: the job database alias exists; W003-W005: SQLite's options for workers."""
+    alias = settings.DATABASE
+    if alias not in django_settings.DATABASES:
+        return [checks.Error(
+            f"CELERY_IDEM_DATABASE is {alias!r}, which is not in DATABASES "
+            f"({', '.join(django_settings.DATABASES) or 'none'})",
+            hint="Set CELERY_IDEM_DATABASE to one of the aliases in DATABASES.",
+            id="celery_idem.E002",
+        )]
+    config = django_settings.DATABASES[alias]
+    if "sqlite3" not in config.get("ENGINE", ""):
+        return []
+    return _check_sqlite(alias, config.get("OPTIONS", {}), alias in (databases or ()))
+
+
+def _check_sqlite(alias: str, options: dict[str, Any],
+                  may_query: bool) -> list[checks.CheckMessage]:
+    messages: list[checks.CheckMessage] = []
+    timeout = options.get("timeout")
+    if timeout is None or float(timeout) < SQLITE_MIN_TIMEOUT:
+        messages.append(checks.Warning(
+            f"SQLite database {alias!r} waits {timeout or 5} s for a lock: a long atomic "
+            "task makes the other workers' bookkeeping fail with 'database is locked'",
+            hint=f"Set DATABASES[{alias!r}]['OPTIONS']['timeout'] to {SQLITE_MIN_TIMEOUT} "
+                 "or more (seconds).",
+            id="celery_idem.W003",
+        ))
+    if django.VERSION >= (5, 1):
+        if not _WAL.search(options.get("init_command", "")):
+            messages.append(checks.Warning(
+                f"SQLite database {alias!r} is not in WAL mode: every write blocks every "
+                "reader, so workers and the web process wait on each other",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['init_command'] to "
+                     "'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'.",
+                id="celery_idem.W004",
+            ))
+        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+            messages.append(checks.Warning(
+                f"SQLite database {alias!r} starts transactions DEFERRED: an atomic task "
+                "that reads, then writes, fails with 'database is locked' at once instead "
+                "of waiting for the busy timeout",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] to "
+                     "'IMMEDIATE'.",
+                id="celery_idem.W005",
+            ))
+    elif may_query and _journal_mode(alias) != "wal":
+        # Django < 5.1 has no init_command for SQLite; WAL is stored in the file itself.
+        messages.append(checks.Warning(
+            f"SQLite database {alias!r} is not in WAL mode",
+            hint="Run 'PRAGMA journal_mode=WAL;' once on the database file (it persists), "
+                 "e.g. from a migration with RunSQL or with the sqlite3 shell.",
+            id="celery_idem.W004",
+        ))
+    return messages
+
+
+def _journal_mode(alias: str) -> str:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        return str(cursor.fetchone()[0]).lower()
+
+
+def _check_filesystem_broker(conf: Any) -> list[checks.CheckMessage]:
+    url = conf.broker_url or ""
+    if not (isinstance(url, str) and url.startswith("filesystem:")):
+        return []
+    if (conf.broker_transport or "") == "celery_idem.filesystem:Transport":
+        return []  # it creates its folders and publishes atomically
+    options = conf.broker_transport_options or {}
+    messages: list[checks.CheckMessage] = [checks.Warning(
+        "the broker is kombu's filesystem transport, which loses a message now and then "
+        "(a consumer can take a file before it is written)",
+        hint="Set CELERY_BROKER_TRANSPORT = 'celery_idem.filesystem:Transport' "
+             "(it writes each message atomically and creates its folders).",
+        id="celery_idem.W006",
+    )]
+    folders = {name: options.get(name, default) for name, default in (
+        ("data_folder_in", "data_in"), ("data_folder_out", "data_out"),
+        ("processed_folder", "processed"), ("control_folder", "control"))}
+    missing = [f"{name}={path!r}" for name, path in folders.items() if not os.path.isdir(path)]
+    if missing:
+        messages.append(checks.Error(
+            f"the filesystem broker's folders do not exist: {', '.join(missing)}",
+            hint="Create them, or use CELERY_BROKER_TRANSPORT = "
+                 "'celery_idem.filesystem:Transport', which creates them.",
+            id="celery_idem.E004",
+        ))
+    return messages
+
+
+# -- loading the project's tasks -----------------------------------------------------------
+
+
+def _celery_app() -> Celery:
+    return current_app._get_current_object()
+
+
+def _load_tasks(app: Celery) -> tuple[list[Any], list[tuple[str, Exception]]]:
+    """Every task the worker would register, and the declarations that fail, by task.
+
+    ``@shared_task`` classes are created only when an app finalizes, and a finalize stops
+    at the first failure, so each one is created here on a throwaway app instead; the
+    project's own ``@app.task`` decorators still pending are evaluated one by one.
+    """
+    errors: list[tuple[str, Exception]] = []
+    global _importing
+    if _importing:
+        # Celery's Django fixup runs the system checks again while the task modules are
+        # imported (validate_models): the outer run reports the tasks.
+        return [], []
+    _importing = True
+    try:
+        app.loader.import_default_modules()  # autodiscover_tasks() runs here
+    except ConfigurationError as exc:  # a class-based task fails at import
+        errors.append(("(while importing the task modules)", exc))
+    finally:
+        _importing = False
+    probe = Celery("celery_idem.checks", set_as_current=False)
+    from celery import _state
+
+    for callback in list(getattr(_state, "_on_app_finalizers", ())):
+        _create(functools.partial(callback, probe), callback, errors)
+    for pending in list(getattr(app, "_pending", ())):
+        _create(pending.__maybe_evaluate__, pending, errors)
+    tasks = {**probe._tasks, **app._tasks}
+    # ``@app.task`` is both pending on its app and shared: one error per task.
+    unique = list({name: (name, exc) for name, exc in errors}.values())
+    return list(tasks.values()), unique
+
+
+def _create(make: Callable[[], Any], source: Any,
+            errors: list[tuple[str, Exception]]) -> None:
+    try:
+        make()
+    except ConfigurationError as exc:
+        errors.append((_task_name(source), exc))
+    except Exception:  # noqa: BLE001
+        # Another library's task that cannot be built on a bare app is not ours to judge;
+        # the worker, on the configured app, reports it.
+        pass
+
+
+def _task_name(source: Any) -> str:
+    """The name of the task a shared_task callback or a pending proxy would create."""
+    parts: list[Any] = []
+    if isinstance(source, Proxy):  # any attribute access would evaluate it
+        for attr, empty in (("_Proxy__args", ()), ("_Proxy__kwargs", {})):
+            try:
+                value = object.__getattribute__(source, attr)
+            except AttributeError:
+                value = empty
+            parts.extend([value] if isinstance(value, dict) else value)
+    else:
+        parts.extend(cell.cell_contents for cell in getattr(source, "__closure__", None) or ())
+    for part in parts:
+        if isinstance(part, dict) and isinstance(part.get("name"), str):
+            return part["name"]
+    for part in parts:
+        if callable(part) and hasattr(part, "__qualname__"):
+            return f"{part.__module__}.{part.__qualname__}"
+    return "(unknown task)"

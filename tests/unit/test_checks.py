@@ -1,0 +1,218 @@
+"""System checks: each fires on a project that has the problem and not on one that does not.
+
+The Celery app the checks read is a throwaway one per test (``celery_app`` below), so a
+broken task declared here never reaches the project's app.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import django
+import pytest
+from celery import Celery, _state
+from django.test import override_settings
+
+from celery_idem import IdempotentTask, checks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def celery_app(monkeypatch):
+    """An unfinalized app with good settings, read by the checks instead of the project's;
+    the shared-task registry is restored afterwards."""
+    app = Celery("checks-tests", set_as_current=False)
+    app.conf.task_acks_late = True
+    app.conf.task_reject_on_worker_lost = True
+    monkeypatch.setattr(checks, "_celery_app", lambda: app)
+    monkeypatch.setattr(_state, "_on_app_finalizers", set(_state._on_app_finalizers))
+    return app
+
+
+def ids(messages) -> list[str]:
+    return sorted(m.id for m in messages)
+
+
+def body(self, order_id):
+    return order_id
+
+
+def shared_like(fun, **options):
+    """What ``@shared_task`` registers: the class is created when an app finalizes."""
+    _state.connect_on_app_finalize(lambda app: app._task_from_fun(fun, **options))
+
+
+class TestTaskDeclarations:
+    def test_a_shared_task_without_a_key_is_e001_naming_the_task(self, celery_app):
+        """manage.py check reports what would stop the worker, for each broken task."""
+        shared_like(body, base=IdempotentTask, bind=True, name="tests.nokey")
+        shared_like(body, base=IdempotentTask, bind=True, name="tests.badtpl",
+                    idempotency_key="o/{order}")
+        messages = checks.check_tasks()
+        assert ids(messages) == ["celery_idem.E001", "celery_idem.E001"]
+        text = " ".join(m.msg for m in messages)
+        assert "tests.nokey" in text and "declares no idempotency_key" in text
+        assert "tests.badtpl" in text and "'order', which is not a parameter" in text
+        assert all(m.hint for m in messages)
+
+    def test_a_pending_app_task_with_a_bad_option_is_e001(self, celery_app):
+        """``@app.task`` on an app not yet finalized is checked too."""
+        celery_app.task(base=IdempotentTask, bind=True, name="tests.badpolicy",
+                        idempotency_key="o/{order_id}", on_stale_claim="retry")(body)
+        messages = checks.check_tasks()
+        assert ids(messages) == ["celery_idem.E001"]
+        assert "tests.badpolicy" in messages[0].msg
+
+    def test_well_declared_tasks_pass(self, celery_app):
+        shared_like(body, base=IdempotentTask, bind=True, name="tests.good",
+                    idempotency_key="o/{order_id}")
+        celery_app.task(base=IdempotentTask, bind=True, name="tests.good2",
+                        idempotency_key="o/{order_id}", atomic=True)(body)
+        assert checks.check_tasks() == []
+
+    def test_atomic_tasks_off_the_default_database_are_e004(self, celery_app):
+        """atomic=True with the job tables on another alias: the body's writes on default
+        would survive a failure, so it is an error with a way to silence it."""
+        celery_app.task(base=IdempotentTask, bind=True, name="tests.atomic",
+                        idempotency_key="o/{order_id}", atomic=True)(body)
+        celery_app.task(base=IdempotentTask, bind=True, name="tests.plain",
+                        idempotency_key="p/{order_id}")(body)
+        with override_settings(CELERY_IDEM_DATABASE="jobs"):
+            messages = checks.check_tasks()
+        assert ids(messages) == ["celery_idem.E003"]
+        assert "tests.atomic" in messages[0].msg and "tests.plain" not in messages[0].msg
+        assert "SILENCED_SYSTEM_CHECKS" in messages[0].hint
+        assert checks.check_tasks() == []  # on "default"
+
+
+class TestCelerySettings:
+    def test_good_settings_pass(self, celery_app):
+        assert checks.check_celery_settings() == []
+
+    def test_acks_late_off_is_w001_and_reject_on_worker_lost_off_is_w002(self, celery_app):
+        celery_app.conf.task_acks_late = False
+        assert ids(checks.check_celery_settings()) == ["celery_idem.W001"]
+        celery_app.conf.task_reject_on_worker_lost = False
+        assert ids(checks.check_celery_settings()) == ["celery_idem.W001", "celery_idem.W002"]
+
+    def test_kombus_filesystem_transport_is_w006_and_missing_folders_e005(self, celery_app,
+                                                                           tmp_path):
+        celery_app.conf.broker_url = "filesystem://"
+        folders = {name: str(tmp_path / name) for name in
+                   ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")}
+        celery_app.conf.broker_transport_options = folders
+        assert ids(checks.check_celery_settings()) == ["celery_idem.E004", "celery_idem.W006"]
+        for path in folders.values():
+            os.makedirs(path, exist_ok=True)
+        assert ids(checks.check_celery_settings()) == ["celery_idem.W006"]
+
+    def test_celery_idems_filesystem_transport_passes_without_folders(self, celery_app,
+                                                                       tmp_path):
+        """It creates its folders itself and never loses a half-written message."""
+        celery_app.conf.broker_url = "filesystem://"
+        celery_app.conf.broker_transport = "celery_idem.filesystem:Transport"
+        celery_app.conf.broker_transport_options = {"data_folder_in": str(tmp_path / "x")}
+        assert checks.check_celery_settings() == []
+
+
+class TestPool:
+    def test_gevent_with_sqlite_and_eventlet_are_e005(self, celery_app, settings):
+        """Seen only when the pool is in the settings (celery worker -P is not)."""
+        celery_app.conf.worker_pool = "gevent"
+        sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+        assert ids(checks.check_celery_settings()) == (["celery_idem.E005"] if sqlite else [])
+        celery_app.conf.worker_pool = "eventlet"
+        assert ids(checks.check_celery_settings()) == ["celery_idem.E005"]
+        for pool in ("prefork", "threads", "solo"):
+            celery_app.conf.worker_pool = pool
+            assert checks.check_celery_settings() == []
+
+
+class TestJobDatabase:
+    def test_an_unknown_alias_is_e002(self):
+        with override_settings(CELERY_IDEM_DATABASE="jobs"):
+            messages = checks.check_job_database()
+        assert ids(messages) == ["celery_idem.E002"]
+        assert "'jobs'" in messages[0].msg
+
+    def test_the_projects_database_passes(self):
+        assert checks.check_job_database(databases=["default"]) == []
+
+    @pytest.mark.skipif(django.VERSION < (5, 1), reason="init_command needs Django 5.1")
+    def test_sqlite_defaults_are_w003_w004_w005(self):
+        """Django's defaults: 5 s busy timeout, rollback journal, deferred transactions."""
+        assert ids(checks._check_sqlite("default", {}, False)) == [
+            "celery_idem.W003", "celery_idem.W004", "celery_idem.W005"]
+        assert ids(checks._check_sqlite("default", {"timeout": 5}, False))[0] == \
+            "celery_idem.W003"
+        good = {"timeout": 30, "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode = WAL; PRAGMA synchronous=NORMAL;"}
+        assert checks._check_sqlite("default", good, False) == []
+
+
+def test_manage_py_check_passes_on_the_test_project():
+    """A fresh process, as ``manage.py check`` runs: the project's task modules are
+    imported and every task created, and nothing is reported, not even a warning."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "django_app.settings",
+           "PYTHONPATH": str(ROOT)}
+    # Django < 5.1 cannot put SQLite in WAL mode from settings, and the test project
+    # does not; there the journal mode of the file is only read with --database.
+    database = ["--database", "default"] if django.VERSION >= (5, 1) else []
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "check", "--fail-level", "WARNING", *database],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
+
+
+BROKEN_PROJECT = {
+    "brokenproj/__init__.py": "from .celery import app as celery_app\n",
+    "brokenproj/celery.py": (
+        "import os\nfrom celery import Celery\n"
+        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'brokenproj.settings')\n"
+        "app = Celery('brokenproj')\n"
+        "app.config_from_object('django.conf:settings', namespace='CELERY')\n"
+        "app.autodiscover_tasks()\n"
+    ),
+    "brokenproj/settings.py": (
+        "SECRET_KEY = 'x'\nUSE_TZ = True\n"
+        "INSTALLED_APPS = ['django.contrib.contenttypes', 'celery_idem', 'shop']\n"
+        "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': 'db',\n"
+        "    'OPTIONS': {'timeout': 30, 'transaction_mode': 'IMMEDIATE',\n"
+        "                'init_command': 'PRAGMA journal_mode=WAL;'}}}\n"
+        "CELERY_BROKER_URL = 'memory://'\n"
+        "CELERY_TASK_ACKS_LATE = True\nCELERY_TASK_REJECT_ON_WORKER_LOST = True\n"
+    ),
+    "shop/__init__.py": "",
+    "shop/tasks.py": (
+        "from celery import shared_task\nfrom celery_idem import IdempotentTask\n\n"
+        "@shared_task(base=IdempotentTask, bind=True)\n"
+        "def charge(self, order_id):\n    return order_id\n\n"
+        "@shared_task(base=IdempotentTask, bind=True, idempotency_key='ship/{order}')\n"
+        "def ship(self, order_id):\n    return order_id\n\n"
+        "@shared_task(base=IdempotentTask, bind=True, idempotency_key='ok/{order_id}')\n"
+        "def fine(self, order_id):\n    return order_id\n"
+    ),
+}
+
+
+@pytest.mark.skipif(django.VERSION < (5, 1), reason="the project's SQLite options need 5.1")
+def test_manage_py_check_fails_on_a_project_whose_shared_tasks_are_broken(tmp_path):
+    """The reported case: ``@shared_task`` classes are created only when the Celery app
+    finalizes, so ``manage.py check`` passed and the worker refused to start."""
+    for name, text in BROKEN_PROJECT.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "brokenproj.settings",
+           "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    done = subprocess.run([sys.executable, "-m", "django", "check"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "celery_idem.E001" in line]
+    assert len(errors) == 2, done.stderr
+    assert any("shop.tasks.charge" in e and "declares no idempotency_key" in e for e in errors)
+    assert any("shop.tasks.ship" in e and "'order'" in e for e in errors)
