@@ -22,6 +22,7 @@ class CeleryIdemConfig(AppConfig):
         from .leader import release_held
         from .producer import on_before_task_publish
         from .recovery.worker import on_worker_shutdown
+        from .runner import note_pool
         from .worker_connections import on_worker_init
 
         signals.before_task_publish.connect(
@@ -36,6 +37,8 @@ class CeleryIdemConfig(AppConfig):
             on_shutdown, weak=False, dispatch_uid="celery_idem.connection.child_close")
         signals.worker_shutdown.connect(
             on_shutdown, weak=False, dispatch_uid="celery_idem.connection.close")
+        # Whether the pool enforces hard time limits, which may then set the lease.
+        signals.worker_init.connect(note_pool, weak=False, dispatch_uid="celery_idem.pool")
         # CELERY_IDEM_WORKER_CONNECTIONS, applied after the Django fixup's own worker_init.
         signals.worker_init.connect(
             on_worker_init, weak=False, dispatch_uid="celery_idem.worker_connections")

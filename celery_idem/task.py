@@ -167,11 +167,12 @@ class IdempotentTask(Task):
         return max(int(settings.MAX_ATTEMPTS), (self.max_retries or 0) + 1)
 
     def lease_seconds(self) -> float:
-        """The lease: ``lease``, else the hard time limit plus a grace, else the default."""
+        """The lease: ``lease``, else the hard time limit plus a grace where the pool
+        enforces it (prefork), else ``CELERY_IDEM_DEFAULT_LEASE``."""
         if self.lease is not None:
             return float(self.lease)
         hard = (self.request.timelimit or (None, None))[0] or self.time_limit
-        if hard:
+        if hard and runner.time_limits_enforced():
             return float(hard) + float(settings.LEASE_GRACE)
         return float(settings.DEFAULT_LEASE)
 

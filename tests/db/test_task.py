@@ -276,17 +276,27 @@ class TestInsideTheBody:
 
 
 class TestLeaseAndPersistence:
-    def test_lease_follows_the_hard_time_limit_plus_grace(self, settings):
-        """time_limit + grace; the message's timelimit header wins; else the default."""
+    @pytest.mark.parametrize("pool,enforced", [("prefork", True), ("solo", False),
+                                               ("threads", False), ("gevent", False)])
+    def test_lease_follows_the_hard_time_limit_only_where_the_pool_enforces_it(
+            self, settings, monkeypatch, pool, enforced):
+        """prefork: time_limit + grace, the message's timelimit header winning; pools that
+        ignore time limits (and eager mode) get the default lease."""
+        from types import SimpleNamespace
+
+        from celery_idem import runner
+
         settings.CELERY_IDEM_LEASE_GRACE = 7
         settings.CELERY_IDEM_DEFAULT_LEASE = 99
+        monkeypatch.setattr(runner, "_pool_enforces_time_limits", False)
         task = ship_order._get_current_object()
         task.push_request(timelimit=(30, None))
         try:
-            assert task.lease_seconds() == 37
+            assert task.lease_seconds() == 99  # not in a worker: nothing enforces it
+            runner.note_pool(sender=SimpleNamespace(pool_cls=pool))
+            assert task.lease_seconds() == (37 if enforced else 99)
         finally:
             task.pop_request()
-        assert task.lease_seconds() == 99
 
     def test_database_down_at_claim_means_the_body_does_not_run(self, backend, monkeypatch):
         """Fail closed: a claim that cannot be written raises PersistenceError, no effect."""
