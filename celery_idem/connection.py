@@ -65,8 +65,27 @@ def bookkeeping_connection(alias: str) -> Any:
             with _lock:
                 _opened.add(wrapper)
         held[alias] = wrapper
+    if not driver_idle(wrapper):
+        # A statement was interrupted mid-flight (a soft time limit in the claim or the
+        # commit): the session still runs it, and Django does not know it is unusable.
+        wrapper.close()
     wrapper.close_if_unusable_or_obsolete()
     return wrapper
+
+
+def driver_idle(conn: Any) -> bool:
+    """Whether the driver says no query is in flight and no transaction is open (no round
+    trip: libpq's own status). Non-PostgreSQL connections are left to Django's checks."""
+    raw = conn.connection
+    if raw is None or conn.vendor != "postgresql":
+        return True
+    info = getattr(raw, "info", None)
+    if info is not None:  # psycopg 3
+        import psycopg
+
+        return bool(info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+    # psycopg2: TRANSACTION_STATUS_IDLE is 0
+    return bool(raw.get_transaction_status() == 0)  # pragma: no cover
 
 
 def release_bookkeeping() -> None:

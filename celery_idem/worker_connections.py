@@ -32,6 +32,8 @@ from typing import Any
 
 from celery import Celery, signals
 
+from .connection import driver_idle
+
 logger = logging.getLogger(__name__)
 
 POLICIES = ("celery", "keep")
@@ -115,21 +117,6 @@ def settle(conn: Any, state: str | None) -> None:
         _guarded(conn.close)
     else:
         _guarded(conn.close_if_unusable_or_obsolete)
-
-
-def driver_idle(conn: Any) -> bool:
-    """Whether the driver says no query is in flight and no transaction is open (no round
-    trip: libpq's own status). Non-PostgreSQL connections are left to Django's checks."""
-    raw = conn.connection
-    if raw is None or conn.vendor != "postgresql":
-        return True
-    info = getattr(raw, "info", None)
-    if info is not None:  # psycopg 3
-        import psycopg
-
-        return bool(info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
-    # psycopg2: TRANSACTION_STATUS_IDLE is 0
-    return bool(raw.get_transaction_status() == 0)  # pragma: no cover
 
 
 def _eager(sender: Any) -> bool:
