@@ -13,8 +13,6 @@ class CeleryIdemConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Strong references (weak=False): the receivers are module-level functions that
-        # live as long as the process; each side effect has exactly one trigger.
         from celery import signals
 
         from . import checks  # noqa: F401 - importing the module registers the checks
@@ -25,26 +23,28 @@ class CeleryIdemConfig(AppConfig):
         from .runner import note_pool
         from .worker_connections import on_worker_init
 
-        signals.before_task_publish.connect(
-            on_before_task_publish, weak=False, dispatch_uid="celery_idem.publish")
-        signals.worker_shutdown.connect(
-            on_worker_shutdown, weak=False, dispatch_uid="celery_idem.worker_shutdown")
-        # The bookkeeping connection a task took goes back to the process's idle ones; a
-        # prefork child and the worker process itself (solo, threads, gevent) close theirs.
-        signals.task_postrun.connect(
-            on_task_postrun, weak=False, dispatch_uid="celery_idem.connection.release")
-        signals.worker_process_shutdown.connect(
-            on_shutdown, weak=False, dispatch_uid="celery_idem.connection.child_close")
-        signals.worker_shutdown.connect(
-            on_shutdown, weak=False, dispatch_uid="celery_idem.connection.close")
-        # Whether the pool enforces hard time limits, which may then set the lease.
-        signals.worker_init.connect(note_pool, weak=False, dispatch_uid="celery_idem.pool")
-        # CELERY_IDEM_WORKER_CONNECTIONS, applied after the Django fixup's own worker_init.
-        signals.worker_init.connect(
-            on_worker_init, weak=False, dispatch_uid="celery_idem.worker_connections")
-        # A leader hands its shards over at once when it stops: a prefork child sends
-        # worker_process_shutdown; solo and threads pools tick in the main process.
-        signals.worker_process_shutdown.connect(
-            release_held, weak=False, dispatch_uid="celery_idem.leases_child")
-        signals.worker_shutdown.connect(
-            release_held, weak=False, dispatch_uid="celery_idem.leases_worker")
+        # Every Celery signal celery-idem listens to, in one place: (signal, receiver,
+        # what for). A prefork child sends worker_process_shutdown; the worker process
+        # itself (and solo, threads and gevent pools, which run tasks in it)
+        # worker_shutdown.
+        receivers = [
+            (signals.before_task_publish, on_before_task_publish,
+             "publish"),  # a send_task message of a known task gets its intent
+            (signals.worker_init, note_pool,
+             "pool"),  # whether the pool enforces hard time limits (the lease)
+            (signals.worker_init, on_worker_init,
+             "worker_connections"),  # CELERY_IDEM_WORKER_CONNECTIONS, after the fixup's
+            (signals.task_postrun, on_task_postrun,
+             "connection.release"),  # the task's bookkeeping connection goes back
+            (signals.worker_process_shutdown, on_shutdown, "connection.child_close"),
+            (signals.worker_shutdown, on_shutdown, "connection.close"),
+            (signals.worker_shutdown, on_worker_shutdown,
+             "worker_shutdown"),  # claims still held by the pool are handed back
+            (signals.worker_process_shutdown, release_held,
+             "leases_child"),  # a leader hands its shards over at once
+            (signals.worker_shutdown, release_held, "leases_worker"),
+        ]
+        # Strong references (weak=False): the receivers are module-level functions that
+        # live as long as the process; a dispatch_uid each, so each connects once.
+        for signal, receiver, uid in receivers:
+            signal.connect(receiver, weak=False, dispatch_uid=f"celery_idem.{uid}")
