@@ -23,14 +23,14 @@ from .backends import ClaimOutcome, Intent
 from .conf import settings
 from .errors import (
     ClaimLost,
+    ConfigurationError,
     InProgress,
-    KeyMismatch,
     PersistenceError,
     ResultNotJSON,
     StoredFailure,
 )
 from .fingerprints import check_json
-from .producer import KEY_HEADER, build_intent, header, refused_error
+from .producer import KEY_HEADER, build_intent, header, mismatch, refused_error
 from .states import State
 
 #: Message header counting how often a duplicate has waited for a live claim.
@@ -98,7 +98,7 @@ class Run:
     # -- atomic mode ---------------------------------------------------------------------
 
     def atomic(self) -> Any:
-        using = settings.DATABASE
+        using = atomic_alias(self.task)
         try:
             with transaction.atomic(using=using):
                 outcome, claim = self.acquire()
@@ -158,8 +158,7 @@ class Run:
         if row is None:
             raise PersistenceError(f"job {intent.namespace}:{intent.key} vanished mid-claim")
         if row.fingerprint != intent.fingerprint:
-            raise KeyMismatch.build(intent.namespace, intent.key, row.fingerprint,
-                                    intent.fingerprint)
+            raise mismatch(intent, row)
         if row.state is State.SUCCEEDED:
             return row.result
         if row.state is State.FAILED:
@@ -199,6 +198,26 @@ def run(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], body: Body) ->
         raise refused
     message = Run(task, args, kwargs, body)
     return message.atomic() if task.atomic else message.plain()
+
+
+def atomic_alias(task: Any) -> str:
+    """The job database, once it is certain that an atomic body writes there too.
+
+    ``atomic=True`` is one transaction on the job database: writes the body makes on
+    another alias would survive a rollback. So when the job tables are not on
+    ``"default"`` (where models write unless routed), the task must say where its body
+    writes (``atomic_database=``), and that must be the job database.
+    """
+    using: str = settings.DATABASE
+    declared = getattr(task, "atomic_database", None)
+    if declared is None and using == "default" or declared == using:
+        return using
+    raise ConfigurationError(
+        f"{task.name} is atomic=True, but its job rows live on database {using!r} and "
+        + (f"it declares atomic_database={declared!r}" if declared is not None else
+           "it does not declare the database its body writes to")
+        + ": its writes elsewhere would not roll back with the job. Write on "
+        f"{using!r} and declare atomic_database={using!r}, or drop atomic=True")
 
 
 def storable(result: Any) -> None:

@@ -28,7 +28,7 @@ STALE_CLAIM_POLICIES = ("redispatch", "uncertain")
 #: The task options celery-idem reads; other ``idempotency_*`` names are typos.
 OPTIONS = frozenset({
     "idempotency_key", "idempotency_namespace", "atomic", "on_in_progress",
-    "on_stale_claim", "max_attempts", "lease",
+    "on_stale_claim", "max_attempts", "lease", "atomic_database",
 })
 
 
@@ -53,6 +53,9 @@ class IdempotentTask(Task):
       a callable taking the task's arguments, ``ALL_ARGUMENTS`` or ``PER_CALL``. Required.
     - ``idempotency_namespace``: keys are unique per namespace; default the task's name.
     - ``atomic``: run claim, body and commit in one transaction on the job database.
+    - ``atomic_database``: the alias an atomic body writes to. Needed (and must equal
+      ``CELERY_IDEM_DATABASE``) when the job tables are not on ``"default"``: the
+      transaction covers the job database only, so writes elsewhere would not roll back.
     - ``on_in_progress``: what a duplicate does when it meets a live claim: ``"retry"``
       (wait, then replay the outcome), ``"ignore"`` or ``"raise"`` (InProgress).
     - ``on_stale_claim``: what happens to a claim whose worker vanished:
@@ -65,6 +68,7 @@ class IdempotentTask(Task):
     idempotency_key: ClassVar[Any] = None
     idempotency_namespace: ClassVar[str | None] = None
     atomic: ClassVar[bool] = False
+    atomic_database: ClassVar[str | None] = None
     on_in_progress: ClassVar[str] = "retry"
     on_stale_claim: ClassVar[str] = "redispatch"
     max_attempts: ClassVar[int | None] = None
