@@ -101,6 +101,12 @@ class Claim:
         """Back to PENDING now, for another attempt to claim."""
         return self._move("released", reason, lease_expires_at=None)
 
+    def hand_over(self, reason: str) -> bool:
+        """The body replaced itself: the key's outcome is its replacement's. The claim
+        stays RUNNING without a lease or a worker, so nothing hands it back or takes it
+        over; the replacement's last step commits it (``celery_idem.tasks.replaced``)."""
+        return self._move("replaced", reason, lease_expires_at=None, worker="")
+
     def heartbeat(self, seconds: float | None = None) -> datetime:
         """Extend the lease by ``seconds`` (default: the claim's lease) from now.
 

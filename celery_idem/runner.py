@@ -31,6 +31,7 @@ from .errors import (
 )
 from .fingerprints import check_json
 from .producer import KEY_HEADER, build_intent, header, mismatch, refused_error
+from .replacement import Replaced, handed_over, settle
 from .states import State
 
 #: Message header counting how often a duplicate has waited for a live claim.
@@ -78,7 +79,8 @@ class Run:
             claim.schedule_retry(_retry_eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500])
             raise
         except (Ignore, Reject) as exc:
-            claim.release(f"the body raised {type(exc).__name__}")
+            if not getattr(self.request, "_idem_replaced", False):
+                claim.release(f"the body raised {type(exc).__name__}")
             raise
         except Exception as exc:
             claim.fail(exc)
@@ -106,13 +108,19 @@ class Run:
                     if self.exhausted(claim):
                         return self.dead_letter(claim)
                     self.request._idem_claim = claim
-                    result = self.body(*self.args, **self.kwargs)
-                    storable(result)
-                    if not claim.succeed(result):
-                        raise ClaimLost(
-                            f"attempt {claim.attempt} lost its claim; its writes roll back")
-                    return result
-        except ClaimLost:
+                    try:
+                        result = self.body(*self.args, **self.kwargs)
+                    except Replaced as exc:
+                        replaced = exc  # commit the body's writes and the hand-over
+                    else:
+                        storable(result)
+                        if not claim.succeed(result):
+                            raise ClaimLost(
+                                f"attempt {claim.attempt} lost its claim; its writes roll back")
+                        return result
+            if claim is not None:
+                raise replaced
+        except (ClaimLost, Replaced):
             raise
         except Retry as exc:
             # The body's writes and the claim rolled back; record the attempt and the retry.
@@ -163,6 +171,8 @@ class Run:
             return row.result
         if row.state is State.FAILED:
             raise StoredFailure.from_record(row.error)
+        if handed_over(row):
+            settle(self.task, row, self.worker)  # raises if the replacement failed
         if row.state is State.UNCERTAIN:
             raise InProgress(f"job {intent.namespace}:{intent.key} is UNCERTAIN: "
                              "an operator must mark it succeeded or retry it")
@@ -183,6 +193,14 @@ class Run:
         waits = int(header(request, WAITS_HEADER) or 0)
         countdown = min(settings.IN_PROGRESS_MAX_BACKOFF,
                         settings.IN_PROGRESS_BACKOFF * 2 ** min(waits, 16))
+        map_task = getattr(request, "_idem_map_task", None)
+        if map_task is not None:
+            # An item of map/starmap/chunks has no message of its own: the whole map
+            # waits and runs again (its finished items replay), unlimited like a wait.
+            map_retries = map_task.request.retries or 0
+            raise map_task.retry(exc=reason, max_retries=None, countdown=min(
+                settings.IN_PROGRESS_MAX_BACKOFF,
+                settings.IN_PROGRESS_BACKOFF * 2 ** min(map_retries, 16)))
         headers = {**(request.headers or {}), KEY_HEADER: request.idempotency_key,
                    WAITS_HEADER: waits + 1}
         sig = self.task.signature_from_request(request, self.args, self.kwargs,

@@ -14,9 +14,10 @@ import hashlib
 from datetime import datetime
 from typing import Any, ClassVar
 
-from celery import Task
+from celery import Task, current_app
+from celery.utils import uuid
 
-from . import runner
+from . import replacement, runner
 from .backends import Intent
 from .conf import settings
 from .errors import ConfigurationError
@@ -24,6 +25,8 @@ from .keys import KeySpec, body_signature
 from .producer import build_intent, send
 
 IN_PROGRESS_POLICIES = ("retry", "ignore", "raise")
+#: Celery's built-in tasks that call a task's body directly, once per item.
+MAP_TASKS = frozenset({"celery.map", "celery.starmap", "celery.chunks"})
 STALE_CLAIM_POLICIES = ("redispatch", "uncertain")
 #: The task options celery-idem reads; other ``idempotency_*`` names are typos.
 OPTIONS = frozenset({
@@ -185,10 +188,30 @@ class IdempotentTask(Task):
         return send(self, args, kwargs, {**options, "task_id": task_id}, idempotency_key,
                     publish)
 
+    def replace(self, sig: Any) -> Any:
+        """Celery's ``replace``; the key's outcome becomes the replacement's (see
+        celery_idem.replacement): the replaced body never runs again for this key."""
+        return super().replace(replacement.replacement(self, sig))
+
+    def on_replace(self, sig: Any) -> Any:
+        replacement.hand_over(self, sig)  # raises when a claim is handed over
+        return super().on_replace(sig)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         body = super().__call__
         if not self.request.called_directly:
             return runner.run(self, args, kwargs, body)
+        parent = current_app.current_worker_task
+        if parent is not None and parent.name in MAP_TASKS:
+            # Celery's map/starmap/chunks call each item in the map task's own process
+            # (celery/app/builtins.py): each item claims its key like a message would.
+            self.push_request(id=uuid(), called_directly=False, is_eager=parent.request.is_eager,
+                              hostname=parent.request.hostname, headers=None,
+                              _idem_map_task=parent)
+            try:
+                return runner.run(self, args, kwargs, body)
+            finally:
+                self.pop_request()
         # A plain function call (e.g. a unit test of the body): no claim, no commit,
         # but the body still sees the key it would run under.
         spec = self.key_spec()
