@@ -130,9 +130,9 @@ class Run:
         except (Ignore, Reject):
             raise  # rolled back to PENDING, which is where a released claim goes
         except PersistenceError as exc:
-            if getattr(self.request, "_idem_claim", None) is None:
-                return self.wait(exc)
-            raise
+            # The transaction (claim, body, commit) is gone with the connection, or its
+            # commit landed: the message comes back and claims, or replays, once more.
+            return self.wait(exc)
         except Exception as exc:
             error = exc
             self.record_rolled_back(lambda c: c.fail(error))

@@ -184,6 +184,13 @@ class InMemoryBackend(Backend):
                 fingerprint=intent.fingerprint), states.move(DUPLICATE), now) is not None
             return ClaimOutcome(False, job.row(), recorded)
 
+    def connection(self) -> Any:
+        return None
+
+    def state_of(self, job_id: int) -> tuple[State, int] | None:
+        job = self.jobs.get(job_id)
+        return None if job is None else (job.state, job.attempt)
+
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
         with self._lock:
             job = self.jobs.get(change.job_id)

@@ -248,6 +248,22 @@ class Backend(ABC):
 
     # -- reads ---------------------------------------------------------------------------
 
+    def connection(self) -> Any:
+        """The Django connection wrapper this backend writes on (closed and reopened when
+        it drops: ``claims.retrying``); None if it has none."""
+        from django.db import connections
+
+        return connections[self.alias]
+
+    def state_of(self, job_id: int) -> tuple[State, int] | None:
+        """The job's state and attempt as they are now (a retried commit checks whether
+        its first try landed)."""
+        from ..models import Job
+
+        found = Job.objects.using(self.alias).filter(id=job_id).values_list(
+            "state", "attempt").first()
+        return None if found is None else (State(found[0]), int(found[1]))
+
     @abstractmethod
     def locked_batch(self, condition: Q, after_id: int,
                      limit: int) -> AbstractContextManager[list[Job]]:

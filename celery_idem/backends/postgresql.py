@@ -151,6 +151,14 @@ class PostgreSQLBackend(Backend):
             return bookkeeping_connection(self.alias)
         return connections[self.alias]
 
+    def connection(self) -> Any:
+        return self._connection()
+
+    def state_of(self, job_id: int) -> tuple[State, int] | None:
+        rows = self._fetch(f"SELECT state, attempt FROM {Job._meta.db_table} "
+                           "WHERE id = %(id)s", {"id": job_id})
+        return (State(rows[0][0]), int(rows[0][1])) if rows else None
+
     def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with self._connection().cursor() as cursor:
             cursor.execute(sql, params)
