@@ -51,3 +51,17 @@ def item(self, x, y=0):
     """A map/starmap/chunks target: one effect per ``x``."""
     Effect.objects.create(key=self.idempotency_key, attempt=self.attempt, pid=os.getpid())
     return x + y
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="uncertain/{name}",
+             on_stale_claim="uncertain")
+def uncertain_send(self, name, folder):
+    """Must not re-run blindly: records its effect, then blocks until ``folder/name``."""
+    from pathlib import Path
+
+    Effect.objects.create(key=self.idempotency_key, attempt=self.attempt, pid=os.getpid())
+    flag = Path(folder) / name
+    deadline = time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return name
