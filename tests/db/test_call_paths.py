@@ -22,19 +22,14 @@ def test_eager_replace_returns_the_replacements_result_and_runs_once(backend):
 @pytest.mark.parametrize("make", [
     lambda: item.map([1, 2, 3]),
     lambda: item.starmap([(1, 0), (2, 0), (3, 0)]),
-    lambda: item.chunks([(1,), (2,), (3,)], 2),
+    lambda: item.chunks([(1,), (2,), (3,)], 2).group(),
 ])
 def test_each_item_of_a_builtin_map_claims_its_key(backend, make):
-    first, second = (_value(make().apply()) for _ in range(2))
+    first, second = (make().apply().get() for _ in range(2))
     assert first == second
     for x in (1, 2, 3):
         assert Effect.objects.filter(key=f"item/{x}").count() == 1
         assert Job.objects.get(key=f"item/{x}").state == "SUCCEEDED"
-
-
-def _value(result):
-    value = result.get()
-    return value.get() if hasattr(value, "get") else value  # eager chunks: a group
 
 
 def test_a_plain_direct_call_still_claims_nothing(backend):

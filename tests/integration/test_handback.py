@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from celery_idem import InProgress
 from celery_idem.models import Job, Transition
 from celery_idem.recovery import sweep as reaper
 from django_app.effects.models import Effect
@@ -28,16 +29,13 @@ def test_child_killed_after_the_effect_leaves_the_job_uncertain(flags):
     """The worker-lost hook moves the claim to UNCERTAIN; the requeued message meets it
     and fails loudly (InProgress) instead of running the body again."""
     with Worker(concurrency=2) as w:
-        uncertain_send.delay("c", str(flags))
+        sent = uncertain_send.delay("c", str(flags))
         wait_until(lambda: started("c"), TIMEOUT, what="the effect")
         kill_child_of(w, "uncertain/c", flags)
         (flags / "c").touch()
-        wait_until(lambda: Job.objects.get(key="uncertain/c").state == "UNCERTAIN", TIMEOUT,
-                   what="UNCERTAIN")
-        # The requeued message is delivered again and refused: no second effect.
-        wait_until(lambda: Transition.objects.filter(job__key="uncertain/c").count() >= 3,
-                   TIMEOUT, what="the history")
-        w.stop()
+        # The requeued message is delivered again and refused, loudly: no second run.
+        with pytest.raises(InProgress, match="UNCERTAIN"):
+            sent.get(timeout=TIMEOUT)
     assert Effect.objects.filter(key="uncertain/c").count() == 1
     job = Job.objects.get(key="uncertain/c")
     assert job.state == "UNCERTAIN" and job.attempt == 1
