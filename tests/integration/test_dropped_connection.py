@@ -33,13 +33,14 @@ def test_worker_connections_terminated_mid_body_commit_on_a_fresh_one(
     commit is tried again on a fresh connection: one effect, SUCCEEDED, caller answered."""
     name = f"idem-{uuid.uuid4().hex[:8]}"
     env = worker_env(IDEM_PG_APPLICATION_NAME=name)
-    with Worker(concurrency=1, env=env):
+    with Worker(concurrency=1, env=env) as w:
         sent = wait_for_file.delay("drop", str(tmp_path))
         wait_until(lambda: Effect.objects.filter(key="wait/drop").exists(), TIMEOUT,
                    what="the effect")
         assert terminate(name) >= 1
         (tmp_path / "drop").touch()
         assert sent.get(timeout=TIMEOUT) == "drop"
+        assert "trying again on a fresh connection" in w.log()  # the commit did drop
     job = Job.objects.get(key="wait/drop")
     assert job.state == "SUCCEEDED" and job.attempt == 1
     assert Effect.objects.filter(key="wait/drop").count() == 1
