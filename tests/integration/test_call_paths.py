@@ -4,11 +4,17 @@ effect once, every caller gets the same value."""
 from __future__ import annotations
 
 import pytest
+from celery import chain
 
 from celery_idem import StoredFailure
 from celery_idem.models import Job, Transition
 from django_app.effects.models import Effect
-from django_app.effects.path_tasks import item, replaced_body, replaced_by_failure
+from django_app.effects.path_tasks import (
+    item,
+    replaced_atomic,
+    replaced_body,
+    replaced_by_failure,
+)
 
 TIMEOUT = 120
 
@@ -56,3 +62,18 @@ def test_builtin_maps_claim_each_item_once(worker, kind):
     for x in xs:
         assert Effect.objects.filter(key=f"item/{x}").count() == 1
         assert Job.objects.get(key=f"item/{x}").state == "SUCCEEDED"
+
+
+def test_atomic_replace_commits_the_hand_over_with_the_bodys_writes(worker):
+    results = [replaced_atomic.delay(5) for _ in range(3)]
+    assert [r.get(timeout=TIMEOUT) for r in results] == [10, 10, 10]
+    assert Effect.objects.filter(key="replace-atomic/5").count() == 1
+    assert Effect.objects.filter(key="replacement-atomic/5").count() == 1
+    assert Job.objects.get(key="replace-atomic/5").state == "SUCCEEDED"
+
+
+def test_a_replaced_task_inside_a_chain_passes_its_result_on(worker):
+    """Celery appends the rest of the chain after the replacement (and its last step)."""
+    assert chain(replaced_body.si(6), item.s()).apply_async().get(timeout=TIMEOUT) == 12
+    assert Job.objects.get(key="replace/6").result == 12
+    assert Effect.objects.filter(key="item/12").count() == 1
