@@ -382,7 +382,7 @@ def loop_raw_replay(conn: Any, template: list[tuple[str, dict[str, Any]]],
     (``read_only``) a plain SELECT of the row, what a replay without that line costs."""
     import json
 
-    from celery_idem.backends.base import ROW_COLUMNS
+    from celery_idem.backends.values import ROW_COLUMNS
 
     claim_sql, claim_p = template[0]
     select = f"SELECT {', '.join(ROW_COLUMNS)} FROM celery_idem_job WHERE namespace = %s AND key = %s"
@@ -482,7 +482,7 @@ def patched(fn: Any, names: tuple[str, ...] = ("prepared", "rodup", "dedfix")) -
 
 def timings(iterations: int, rounds: int) -> dict[str, Any]:
     global _ATTEMPT_POS, _ID_POS
-    from celery_idem.backends.base import ROW_COLUMNS
+    from celery_idem.backends.values import ROW_COLUMNS
     from django_app.effects import bench_tasks as t
 
     # A claim row is (won, recorded, *ROW_COLUMNS).

@@ -12,14 +12,16 @@ Database errors surface as PersistenceError with the driver's error as the cause
 from __future__ import annotations
 
 import enum
+import logging
+import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
 from . import states
@@ -27,6 +29,7 @@ from .backends import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow, g
 from .errors import ClaimLost, PersistenceError
 from .states import State
 
+logger = logging.getLogger(__name__)
 
 @contextmanager
 def persistence() -> Iterator[None]:
@@ -35,6 +38,60 @@ def persistence() -> Iterator[None]:
         yield
     except DatabaseError as exc:
         raise PersistenceError(f"the job database failed: {exc}") from exc
+
+
+#: Backoff (seconds) between tries of bookkeeping on a fresh connection: a claim gives
+#: up after these (the message waits and comes back); a commit after the body ran keeps
+#: trying for longer, since giving up would leave the key RUNNING for its lease.
+CLAIM_BACKOFF = (0.1, 0.3, 1.0, 2.0)
+COMMIT_BACKOFF = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+
+T = TypeVar("T")
+
+
+def retrying(backend: Backend, step: Callable[[], T], backoff: tuple[float, ...],
+             retried: list[bool] | None = None) -> T:
+    """Run ``step`` (bookkeeping on ``backend``); on a dropped connection or a locked
+    SQLite database, close the connection and try again after each of ``backoff``.
+
+    Only outside a transaction: inside the caller's (or an atomic body's) the work is
+    lost with the connection, so the error goes up. ``retried`` gets True appended when
+    a try failed (its write may have landed all the same: the caller checks).
+    """
+    for pause in (*backoff, None):
+        try:
+            with persistence():
+                return step()
+        except PersistenceError as exc:
+            if pause is None or not _transient(exc.__cause__) or not _fresh(backend):
+                raise
+            logger.warning("job database: %s; trying again on a fresh connection in %ss",
+                           exc.__cause__, pause, extra={"action": "bookkeeping_retry"})
+            if retried is not None:
+                retried.append(True)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
+def _transient(cause: BaseException | None) -> bool:
+    # OperationalError: the server went away, a timeout, SQLite's "database is locked";
+    # InterfaceError: the connection is already closed.
+    return isinstance(cause, OperationalError | InterfaceError)
+
+
+def _fresh(backend: Backend) -> bool:
+    """Close ``backend``'s connection so the next use opens a new one; False inside a
+    transaction, whose work cannot be retried."""
+    connection = backend.connection()
+    if connection is None:
+        return True
+    if connection.in_atomic_block:
+        return False
+    try:
+        connection.close()
+    except DatabaseError:
+        pass  # already broken; Django forgot it all the same
+    return True
 
 
 def worker_id(hostname: str | None, pid: int) -> str:
@@ -67,8 +124,18 @@ class Claim:
         change = Change(self.job_id, event, State.RUNNING, attempt=self.attempt,
                         values=values, worker=self.worker, task_id=self.task_id,
                         reason=reason)
-        with persistence():
-            return self.backend.apply(change, timezone.now())
+        retried: list[bool] = []
+        moved = retrying(self.backend, lambda: self.backend.apply(change, timezone.now()),
+                         COMMIT_BACKOFF, retried)
+        if not moved and retried:
+            # A try that failed on a dropped connection may have landed: the fenced
+            # retry then matches nothing. The row in the move's target under this
+            # attempt says it did (only this attempt's holder writes it).
+            return retrying(self.backend, lambda: self._landed(change), COMMIT_BACKOFF)
+        return moved
+
+    def _landed(self, change: Change) -> bool:
+        return self.backend.state_of(self.job_id) == (change.to_state, self.attempt)
 
     def _late(self, what: str) -> None:
         """Record that this fenced-out attempt finished anyway; the newer attempt stands."""
@@ -100,6 +167,12 @@ class Claim:
     def release(self, reason: str) -> bool:
         """Back to PENDING now, for another attempt to claim."""
         return self._move("released", reason, lease_expires_at=None)
+
+    def hand_over(self, reason: str) -> bool:
+        """The body replaced itself: the key's outcome is its replacement's. The claim
+        stays RUNNING without a lease or a worker, so nothing hands it back or takes it
+        over; the replacement's last step commits it (``celery_idem.tasks.replaced``)."""
+        return self._move("replaced", reason, lease_expires_at=None, worker="")
 
     def heartbeat(self, seconds: float | None = None) -> datetime:
         """Extend the lease by ``seconds`` (default: the claim's lease) from now.
@@ -162,19 +235,34 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
     backend = get_backend(using, dedicated)
     now = timezone.now()
     claimant = Claimant(worker, task_id, now, now + timedelta(seconds=lease_seconds))
-    with persistence():
-        outcome = backend.claim(Next.CLAIM.value, intent, claimant)
-        for _ in range(CLAIM_TRIES):
-            if outcome.won:
-                break
-            step = decide(outcome.row, intent, claimant)
-            if step is Next.GIVE_UP:
-                break
-            if step is Next.INSERT:
-                outcome = backend.claim_new(intent, claimant, REASONS[step])
-            else:
-                outcome = backend.claim(step.value, intent, claimant, REASONS.get(step, ""))
+    outcome = retrying(backend, lambda: _claim(backend, intent, claimant), CLAIM_BACKOFF)
     if not outcome.won or outcome.row is None:
         return outcome, None
     return outcome, Claim(backend, outcome.row.id, outcome.row.attempt, worker, task_id,
                           lease_seconds)
+
+
+def _claim(backend: Backend, intent: Intent, claimant: Claimant) -> ClaimOutcome:
+    outcome = backend.claim(Next.CLAIM.value, intent, claimant)
+    row = outcome.row
+    if not outcome.won and row is not None and _ours(row, claimant):
+        # An earlier try of this very claim landed before its connection dropped.
+        return ClaimOutcome(True, row)
+    for _ in range(CLAIM_TRIES):
+        if outcome.won:
+            break
+        step = decide(outcome.row, intent, claimant)
+        if step is Next.GIVE_UP:
+            break
+        if step is Next.INSERT:
+            outcome = backend.claim_new(intent, claimant, REASONS[step])
+        else:
+            outcome = backend.claim(step.value, intent, claimant, REASONS.get(step, ""))
+    return outcome
+
+
+def _ours(row: JobRow, claimant: Claimant) -> bool:
+    """Whether ``row`` holds the claim ``claimant`` made: same task id and the very lease
+    it wrote (a timestamp taken once per claim, kept across its tries)."""
+    return (row.state is State.RUNNING and row.task_id == claimant.task_id
+            and row.lease_expires_at == claimant.lease_expires_at)

@@ -39,13 +39,22 @@ class KeyMismatch(IdempotencyError):
     """The idempotency key already exists with different arguments."""
 
     @classmethod
-    def build(cls, namespace: str, key: str, expected: str, got: str) -> KeyMismatch:
+    def build(cls, namespace: str, key: str, expected: str, got: str,
+              stored: Any = None, new: Any = None) -> KeyMismatch:
+        """``stored``/``new``: the arguments (``{"args": [...], "kwargs": {...}}``) of the
+        first call and of this one, named in the message when the first were stored."""
+        shown = (f"arguments {_short(stored)}, not {_short(new)}" if stored is not None
+                 else f"arguments of fingerprint {expected[:12]}..., not {got[:12]}...")
         return cls(
             f"idempotency key {key!r} in namespace {namespace!r} was first used with "
-            f"arguments of fingerprint {expected[:12]}..., not {got[:12]}...: "
-            "use a key that names the arguments, or a new key",
-            namespace=namespace, key=key, expected=expected, got=got,
+            f"{shown}: use a key that names the arguments, or a new key",
+            namespace=namespace, key=key, expected=expected, got=got, stored=stored, new=new,
         )
+
+
+def _short(arguments: Any, limit: int = 200) -> str:
+    text = repr(arguments)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class InvalidTransition(IdempotencyError):

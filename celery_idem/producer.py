@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
 from celery import current_app
 from celery.utils import uuid
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from . import errors
@@ -63,12 +64,37 @@ def build_intent(spec: KeySpec, namespace: str, task_name: str, args: Any = None
 
 
 def write_intent(intent: Intent, task_id: str) -> None:
-    """Insert the PENDING intent, or find the key; raise KeyMismatch on other arguments."""
-    with persistence():
-        outcome = get_backend(settings.DATABASE).publish(intent, task_id, timezone.now())
+    """Insert the PENDING intent, or find the key; raise KeyMismatch on other arguments.
+
+    Inside the caller's transaction the write gets a savepoint of its own: a database
+    error on it (bad input the driver refuses) rolls back to the savepoint, and the
+    caller's transaction stays usable.
+    """
+    alias = settings.DATABASE
+    with persistence(), _savepoint(alias):
+        outcome = get_backend(alias).publish(intent, task_id, timezone.now())
     row = outcome.row
     if not outcome.won and row is not None and row.fingerprint != intent.fingerprint:
-        raise KeyMismatch.build(intent.namespace, intent.key, row.fingerprint, intent.fingerprint)
+        raise mismatch(intent, row)
+
+
+def mismatch(intent: Intent, row: Any) -> KeyMismatch:
+    """The KeyMismatch of ``intent`` against the stored ``row``, naming both arguments
+    when the row stored them."""
+    stored = None
+    if row.args is not None or row.kwargs is not None:
+        stored = {"args": row.args or [], "kwargs": row.kwargs or {}}
+    new = {"args": intent.args or [], "kwargs": intent.kwargs or {}}
+    return KeyMismatch.build(intent.namespace, intent.key, row.fingerprint, intent.fingerprint,
+                             stored, new if intent.args is not None else None)
+
+
+def _savepoint(alias: str) -> Any:
+    """A savepoint when the caller holds a transaction on ``alias``; else nothing (an
+    autocommitted write needs none, and a savepoint would cost two round trips)."""
+    if connections[alias].in_atomic_block:
+        return transaction.atomic(using=alias)
+    return nullcontext()
 
 
 def delivery_options(options: dict[str, Any]) -> dict[str, Any]:

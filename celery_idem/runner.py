@@ -23,14 +23,15 @@ from .backends import ClaimOutcome, Intent
 from .conf import settings
 from .errors import (
     ClaimLost,
+    ConfigurationError,
     InProgress,
-    KeyMismatch,
     PersistenceError,
     ResultNotJSON,
     StoredFailure,
 )
 from .fingerprints import check_json
-from .producer import KEY_HEADER, build_intent, header, refused_error
+from .producer import KEY_HEADER, build_intent, header, mismatch, refused_error
+from .replacement import Replaced, handed_over, settle
 from .states import State
 
 #: Message header counting how often a duplicate has waited for a live claim.
@@ -100,7 +101,8 @@ class Run:
             claim.schedule_retry(_retry_eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500])
             raise
         except (Ignore, Reject) as exc:
-            claim.release(f"the body raised {type(exc).__name__}")
+            if not getattr(self.request, "_idem_replaced", False):
+                claim.release(f"the body raised {type(exc).__name__}")
             raise
         except Exception as exc:
             claim.fail(exc)
@@ -120,7 +122,7 @@ class Run:
     # -- atomic mode ---------------------------------------------------------------------
 
     def atomic(self) -> Any:
-        using = settings.DATABASE
+        using = atomic_alias(self.task)
         try:
             with transaction.atomic(using=using):
                 outcome, claim = self.acquire()
@@ -128,13 +130,19 @@ class Run:
                     if self.exhausted(claim):
                         return self.dead_letter(claim)
                     self.request._idem_claim = claim
-                    result = self.body(*self.args, **self.kwargs)
-                    storable(result)
-                    if not claim.succeed(result):
-                        raise ClaimLost(
-                            f"attempt {claim.attempt} lost its claim; its writes roll back")
-                    return result
-        except ClaimLost:
+                    try:
+                        result = self.body(*self.args, **self.kwargs)
+                    except Replaced as exc:
+                        replaced = exc  # commit the body's writes and the hand-over
+                    else:
+                        storable(result)
+                        if not claim.succeed(result):
+                            raise ClaimLost(
+                                f"attempt {claim.attempt} lost its claim; its writes roll back")
+                        return result
+            if claim is not None:
+                raise replaced
+        except (ClaimLost, Replaced):
             raise
         except Retry as exc:
             # The body's writes and the claim rolled back; record the attempt and the retry.
@@ -144,9 +152,9 @@ class Run:
         except (Ignore, Reject):
             raise  # rolled back to PENDING, which is where a released claim goes
         except PersistenceError as exc:
-            if getattr(self.request, "_idem_claim", None) is None:
-                return self.wait(exc)
-            raise
+            # The transaction (claim, body, commit) is gone with the connection, or its
+            # commit landed: the message comes back and claims, or replays, once more.
+            return self.wait(exc)
         except Exception as exc:
             error = exc
             self.record_rolled_back(lambda c: c.fail(error))
@@ -180,12 +188,13 @@ class Run:
         if row is None:
             raise PersistenceError(f"job {intent.namespace}:{intent.key} vanished mid-claim")
         if row.fingerprint != intent.fingerprint:
-            raise KeyMismatch.build(intent.namespace, intent.key, row.fingerprint,
-                                    intent.fingerprint)
+            raise mismatch(intent, row)
         if row.state is State.SUCCEEDED:
             return row.result
         if row.state is State.FAILED:
             raise StoredFailure.from_record(row.error)
+        if handed_over(row):
+            settle(self.task, row, self.worker)  # raises if the replacement failed
         if row.state is State.UNCERTAIN:
             raise InProgress(f"job {intent.namespace}:{intent.key} is UNCERTAIN: "
                              "an operator must mark it succeeded or retry it")
@@ -206,6 +215,14 @@ class Run:
         waits = int(header(request, WAITS_HEADER) or 0)
         countdown = min(settings.IN_PROGRESS_MAX_BACKOFF,
                         settings.IN_PROGRESS_BACKOFF * 2 ** min(waits, 16))
+        map_task = getattr(request, "_idem_map_task", None)
+        if map_task is not None:
+            # An item of map/starmap/chunks has no message of its own: the whole map
+            # waits and runs again (its finished items replay), unlimited like a wait.
+            map_retries = map_task.request.retries or 0
+            raise map_task.retry(exc=reason, max_retries=None, countdown=min(
+                settings.IN_PROGRESS_MAX_BACKOFF,
+                settings.IN_PROGRESS_BACKOFF * 2 ** min(map_retries, 16)))
         headers = {**(request.headers or {}), KEY_HEADER: request.idempotency_key,
                    WAITS_HEADER: waits + 1}
         sig = self.task.signature_from_request(request, self.args, self.kwargs,
@@ -221,6 +238,26 @@ def run(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], body: Body) ->
         raise refused
     message = Run(task, args, kwargs, body)
     return message.atomic() if task.atomic else message.plain()
+
+
+def atomic_alias(task: Any) -> str:
+    """The job database, once it is certain that an atomic body writes there too.
+
+    ``atomic=True`` is one transaction on the job database: writes the body makes on
+    another alias would survive a rollback. So when the job tables are not on
+    ``"default"`` (where models write unless routed), the task must say where its body
+    writes (``atomic_database=``), and that must be the job database.
+    """
+    using: str = settings.DATABASE
+    declared = getattr(task, "atomic_database", None)
+    if declared is None and using == "default" or declared == using:
+        return using
+    raise ConfigurationError(
+        f"{task.name} is atomic=True, but its job rows live on database {using!r} and "
+        + (f"it declares atomic_database={declared!r}" if declared is not None else
+           "it does not declare the database its body writes to")
+        + ": its writes elsewhere would not roll back with the job. Write on "
+        f"{using!r} and declare atomic_database={using!r}, or drop atomic=True")
 
 
 def storable(result: Any) -> None:

@@ -120,6 +120,10 @@ MOVES: dict[str, Move] = {m.event: m for m in [
        CLAIM_COLUMNS, _("taken over")),
     _m("heartbeat", {R}, R, _FENCED, {"lease_expires_at"}, _("lease extended"),
        recorded=False),
+    # The body replaced itself (self.replace): the claim waits, with no lease and no
+    # worker, for its replacement's last step to commit the outcome; never run again.
+    _m("replaced", {R}, R, _FENCED, {"lease_expires_at", "worker"},
+       _("handed to its replacement")),
     _m("succeeded", {R}, S, _FENCED, _ENDS | {"result"}, _("succeeded")),
     _m("failed", {R}, F, _FENCED, _ENDS | {"error"}, _("failed")),
     _m("retry_scheduled", {R}, P, _FENCED, {"not_before", "lease_expires_at"},

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
 
-from celery import Task
+from celery import Task, current_app
+from celery.utils import uuid
 
-from . import runner, steps
+from . import replacement, runner, steps
 from .backends import Intent
 from .conf import settings
 from .errors import ConfigurationError
@@ -25,11 +26,13 @@ from .keys import KeySpec, body_signature
 from .producer import build_intent, send
 
 IN_PROGRESS_POLICIES = ("retry", "ignore", "raise")
+#: Celery's built-in tasks that call a task's body directly, once per item.
+MAP_TASKS = frozenset({"celery.map", "celery.starmap", "celery.chunks"})
 STALE_CLAIM_POLICIES = ("redispatch", "uncertain")
 #: The task options celery-idem reads; other ``idempotency_*`` names are typos.
 OPTIONS = frozenset({
     "idempotency_key", "idempotency_namespace", "atomic", "on_in_progress",
-    "on_stale_claim", "max_attempts", "lease",
+    "on_stale_claim", "max_attempts", "lease", "atomic_database",
 })
 
 
@@ -54,6 +57,9 @@ class IdempotentTask(Task):
       a callable taking the task's arguments, ``ALL_ARGUMENTS`` or ``PER_CALL``. Required.
     - ``idempotency_namespace``: keys are unique per namespace; default the task's name.
     - ``atomic``: run claim, body and commit in one transaction on the job database.
+    - ``atomic_database``: the alias an atomic body writes to. Needed (and must equal
+      ``CELERY_IDEM_DATABASE``) when the job tables are not on ``"default"``: the
+      transaction covers the job database only, so writes elsewhere would not roll back.
     - ``on_in_progress``: what a duplicate does when it meets a live claim: ``"retry"``
       (wait, then replay the outcome), ``"ignore"`` or ``"raise"`` (InProgress).
     - ``on_stale_claim``: what happens to a claim whose worker vanished:
@@ -66,6 +72,7 @@ class IdempotentTask(Task):
     idempotency_key: ClassVar[Any] = None
     idempotency_namespace: ClassVar[str | None] = None
     atomic: ClassVar[bool] = False
+    atomic_database: ClassVar[str | None] = None
     on_in_progress: ClassVar[str] = "retry"
     on_stale_claim: ClassVar[str] = "redispatch"
     max_attempts: ClassVar[int | None] = None
@@ -199,10 +206,30 @@ class IdempotentTask(Task):
         return send(self, args, kwargs, {**options, "task_id": task_id}, idempotency_key,
                     publish)
 
+    def replace(self, sig: Any) -> Any:
+        """Celery's ``replace``; the key's outcome becomes the replacement's (see
+        celery_idem.replacement): the replaced body never runs again for this key."""
+        return super().replace(replacement.replacement(self, sig))
+
+    def on_replace(self, sig: Any) -> Any:
+        replacement.hand_over(self, sig)  # raises when a claim is handed over
+        return super().on_replace(sig)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         body = super().__call__
         if not self.request.called_directly:
             return runner.run(self, args, kwargs, body)
+        parent = current_app.current_worker_task
+        if parent is not None and parent.name in MAP_TASKS:
+            # Celery's map/starmap/chunks call each item in the map task's own process
+            # (celery/app/builtins.py): each item claims its key like a message would.
+            self.push_request(id=uuid(), called_directly=False, is_eager=parent.request.is_eager,
+                              hostname=parent.request.hostname, headers=None,
+                              _idem_map_task=parent)
+            try:
+                return runner.run(self, args, kwargs, body)
+            finally:
+                self.pop_request()
         # A plain function call (e.g. a unit test of the body): no claim, no commit,
         # but the body still sees the key it would run under.
         spec = self.key_spec()

@@ -1,4 +1,5 @@
-"""celery-idem's own Celery task: the recovery pass, for beat to run periodically.
+"""celery-idem's own Celery tasks: the recovery pass, for beat to run periodically, and
+the last step of a replacement (``celery_idem.replacement``).
 
 Found by ``app.autodiscover_tasks()`` as ``celery_idem.tasks``. The name is fixed, so a
 schedule (``celery_idem.beat``) and a worker agree on it whatever the project's layout.
@@ -6,8 +7,12 @@ schedule (``celery_idem.beat``) and a worker agree on it whatever the project's 
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from celery import shared_task
 
+from . import claims, replacement
 from .recovery import reap
 
 #: The registered name of the recovery task.
@@ -18,3 +23,11 @@ RELEASE_STALE_CLAIMS = "celery_idem.release_stale_claims"
 def release_stale_claims() -> dict[str, dict[str, int]]:
     """One recovery pass (celery_idem.recovery.reap); returns what it did, per task."""
     return reap().as_dict()
+
+
+@shared_task(bind=True, name=replacement.REPLACED_TASK, ignore_result=False)
+def replaced(self: Any, result: Any, alias: str, job_id: int, attempt: int) -> Any:
+    """The last step of a replacement (``IdempotentTask.replace``): commit its result as
+    the replaced key's outcome and return it unchanged."""
+    worker = claims.worker_id(self.request.hostname, os.getpid())
+    return replacement.finish(result, alias, job_id, attempt, worker, self.request.id or "")

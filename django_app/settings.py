@@ -8,6 +8,9 @@ filesystem transport, no server to start.
 - ``IDEM_RESULTS``: a result backend URL, default a folder under ``IDEM_VAR_DIR``.
 - ``IDEM_VAR_DIR``: where SQLite files and the filesystem broker live (default ./var).
 - ``IDEM_QUEUE``: the default queue (tests use a fresh one per run).
+- ``IDEM_PG_APPLICATION_NAME``: the PostgreSQL ``application_name`` of this process's
+  connections; ``IDEM_SQLITE_DJANGO_DEFAULTS=1``: SQLite on Django's default options
+  (both for tests that start a worker with them).
 """
 
 import importlib.util
@@ -81,10 +84,17 @@ if DATABASE_KIND == "postgres":
             "TEST": {"NAME": f"test_{_name}"},
         }
     }
+    if os.environ.get("IDEM_PG_APPLICATION_NAME"):
+        # A test finds (and terminates) only one worker's connections by this name.
+        DATABASES["default"]["OPTIONS"] = {
+            "application_name": os.environ["IDEM_PG_APPLICATION_NAME"]}
 elif DATABASE_KIND == "sqlite":
     # Worker processes must see the test database, so it is a file, never :memory:.
     _options = {"timeout": 30}
-    if django.VERSION >= (5, 1):
+    if os.environ.get("IDEM_SQLITE_DJANGO_DEFAULTS") == "1":
+        # Django's own defaults: no WAL, a 5 s busy timeout, deferred transactions.
+        _options = {}
+    elif django.VERSION >= (5, 1):
         _options |= {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             "transaction_mode": "IMMEDIATE",

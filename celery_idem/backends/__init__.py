@@ -10,7 +10,8 @@ from functools import cache
 
 from django.db import connections
 
-from .base import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow
+from .base import Backend
+from .values import Change, Claimant, ClaimOutcome, Intent, JobRow
 
 __all__ = ["Backend", "Change", "ClaimOutcome", "Claimant", "Intent", "JobRow", "get_backend",
            "override"]

@@ -18,11 +18,11 @@ from django.db.models import F, Q
 from .. import states
 from ..models import Checkpoint, Job, Transition
 from ..states import Move, State, StepWrite
-from .base import (
+from .base import Backend
+from .values import (
     DUPLICATE,
     DUPLICATE_REASON,
     ROW_COLUMNS,
-    Backend,
     Change,
     Claimant,
     ClaimOutcome,

@@ -24,12 +24,12 @@ from .. import states
 from ..connection import bookkeeping_connection
 from ..models import Checkpoint, Job, Transition
 from ..states import Guard, Move, State, StepWrite
-from .base import (
+from .base import Backend
+from .values import (
     DUPLICATE,
     DUPLICATE_REASON,
     JSON_COLUMNS,
     ROW_COLUMNS,
-    Backend,
     Change,
     Claimant,
     ClaimOutcome,
@@ -157,6 +157,14 @@ class PostgreSQLBackend(Backend):
         if self.dedicated:
             return bookkeeping_connection(self.alias)
         return connections[self.alias]
+
+    def connection(self) -> Any:
+        return self._connection()
+
+    def state_of(self, job_id: int) -> tuple[State, int] | None:
+        rows = self._fetch(f"SELECT state, attempt FROM {Job._meta.db_table} "
+                           "WHERE id = %(id)s", {"id": job_id})
+        return (State(rows[0][0]), int(rows[0][1])) if rows else None
 
     def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with self._connection().cursor() as cursor:

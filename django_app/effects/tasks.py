@@ -262,3 +262,6 @@ def coordinator_tick(self, shard, folder, hold=0.2):
     finally:
         marker.unlink(missing_ok=True)
     return self.fencing_token
+
+
+from .path_tasks import *  # noqa: E402,F403  (registered with the other test tasks)

@@ -7,8 +7,8 @@ import pytest
 from django.conf import settings
 
 from celery_idem.backends import get_backend
-from celery_idem.backends.base import Intent
 from celery_idem.backends.generic import GenericBackend
+from celery_idem.backends.values import Intent
 from celery_idem.testing import use_backend
 
 #: Tests of SQL that only PostgreSQL runs; they run in the postgres tiers.

@@ -11,7 +11,7 @@ def contend(env: dict[str, str], barrier, results, rounds: int) -> None:
 
     django.setup()
     from celery_idem import claims
-    from celery_idem.backends.base import Intent
+    from celery_idem.backends.values import Intent
 
     for n in range(rounds):
         intent = Intent(namespace="race", key=f"race-{n}", task_name="race", fingerprint="fp",

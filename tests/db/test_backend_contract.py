@@ -186,3 +186,23 @@ def test_a_child_intent_keeps_its_parent(store):
     stored = (store.jobs[row.id].parent_id if isinstance(store, InMemoryBackend)
               else Job.objects.get(pk=row.id).parent_id)
     assert stored == parent.id
+
+
+def test_a_claim_handed_to_its_replacement_is_never_taken_over(store):
+    """``replaced``: RUNNING with no lease, fenced; even a clock past every lease finds it
+    live, and the replacement's last step commits it under the same attempt."""
+    store.publish(intent(), "t-1", timezone.now())
+    job = store.claim("claimed", intent(), claimant()).row
+    assert store.apply(Change(job.id, "replaced", State.RUNNING, attempt=1,
+                              values={"lease_expires_at": None, "worker": ""}),
+                       timezone.now())
+    assert store.state_of(job.id) == (State.RUNNING, 1)
+    later = claimant("t-2", now=timezone.now() + timedelta(days=30))
+    lost = store.claim("taken_over", intent(), later)
+    assert not lost.won and lost.row.lease_expires_at is None
+    assert store.apply(Change(job.id, "succeeded", State.RUNNING, attempt=1,
+                              values={"result": 12, "lease_expires_at": None,
+                                      "finished_at": timezone.now()}), timezone.now())
+    assert store.state_of(job.id) == (State.SUCCEEDED, 1)
+    assert [e for e, *_ in history(store, job.id)] == [
+        "published", "claimed", "replaced", "succeeded"]

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from django.conf import settings
 
-from celery_idem.backends.base import Intent
+from celery_idem.backends.values import Intent
 from celery_idem.models import Job, Transition
 from celery_idem.producer import write_intent
 

@@ -56,7 +56,8 @@ def test_every_move_that_changes_a_claimed_row_is_fenced():
 def test_only_a_claim_takes_a_live_key():
     """Of the moves into RUNNING, only claims exist, and taking over needs an expired lease."""
     into_running = {m.event for m in MOVES.values() if m.target is State.RUNNING}
-    assert into_running == {"claimed", "taken_over", "heartbeat"}
+    assert into_running == {"claimed", "taken_over", "heartbeat", "replaced"}
+    assert Guard.FENCED in MOVES["replaced"].guard
     assert Guard.LEASE_EXPIRED in MOVES["taken_over"].guard
     assert not MOVES["heartbeat"].recorded
 

@@ -1,0 +1,132 @@
+"""The values that cross the job store's boundary, and the check of a move against the
+table (``check_change``). Pure data: no database access here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import states
+from ..errors import InvalidTransition
+from ..states import Move, State
+
+#: Columns whose values are JSON.
+JSON_COLUMNS = frozenset({"result", "error", "args", "kwargs", "options"})
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What the producer asks for: run ``task_name`` once for (namespace, key)."""
+
+    namespace: str
+    key: str
+    task_name: str
+    fingerprint: str
+    args: list[Any] | None
+    kwargs: dict[str, Any] | None
+    options: dict[str, Any] = field(default_factory=dict)
+    #: The job whose claimed body sent this one (the parent -> child link), if any.
+    parent_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """The attempt that asks for a claim."""
+
+    worker: str
+    task_id: str
+    now: datetime
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job row as a claim or a publish found it."""
+
+    id: int
+    state: State
+    attempt: int
+    fingerprint: str
+    task_id: str = ""
+    lease_expires_at: datetime | None = None
+    not_before: datetime | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    args: list[Any] | None = None
+    kwargs: dict[str, Any] | None = None
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> JobRow:
+        return cls(**{**values, "state": State(values["state"])})
+
+
+#: Columns of JobRow, in order, for SELECT lists.
+ROW_COLUMNS = ("id", "state", "attempt", "fingerprint", "task_id", "lease_expires_at",
+               "not_before", "result", "error", "args", "kwargs")
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """``won``: the claimant now holds ``row.attempt``. Else ``row`` is what stood in the
+    way (None: no row yet). ``recorded``: a lost claim appended the ``duplicate`` line."""
+
+    won: bool
+    row: JobRow | None
+    recorded: bool = False
+
+
+@dataclass(frozen=True)
+class Change:
+    """One move asked of a known job: ``event`` from ``from_state``, setting ``values``.
+
+    The guard values the move needs come with it: ``attempt`` for a fenced move (the
+    attempt the writer holds), ``fingerprint`` and ``dispatch_count`` where the move is
+    guarded by them. ``worker``, ``task_id``, ``reason`` and ``actor`` go in the history.
+    ``attempt`` is also the history's attempt for a move that does not change the row.
+    """
+
+    job_id: int
+    event: str
+    from_state: State | None
+    attempt: int | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+    worker: str = ""
+    task_id: str = ""
+    reason: str = ""
+    actor: str = ""
+    fingerprint: str = ""
+    dispatch_count: int | None = None
+
+    @property
+    def move(self) -> Move:
+        return states.move(self.event)
+
+    @property
+    def to_state(self) -> State:
+        target = self.move.target or self.from_state
+        assert target is not None, "a move from no row has a target"
+        return target
+
+
+def check_change(change: Change) -> Move:
+    """The move of ``change``, if the table allows it as asked; else InvalidTransition."""
+    m = change.move
+    if not m.starts_from(change.from_state):
+        raise InvalidTransition(f"move {m.event!r} does not start from {change.from_state}")
+    unknown = set(change.values) - m.sets
+    if unknown:
+        raise InvalidTransition(f"move {m.event!r} cannot set {sorted(unknown)}")
+    if states.Guard.FENCED in m.guard and change.attempt is None:
+        raise InvalidTransition(f"move {m.event!r} is fenced: it needs the attempt")
+    if states.Guard.SAME_DISPATCH in m.guard and change.dispatch_count is None:
+        raise InvalidTransition(f"move {m.event!r} needs the dispatch count it saw")
+    return m
+
+
+#: The claim moves, and the move a lost claim records when the key is already finished.
+CLAIM_MOVES = frozenset({"claimed", "taken_over"})
+DUPLICATE = "duplicate"
+#: The history reason of a lost claim on a finished key.
+DUPLICATE_REASON = "replayed the stored outcome"
