@@ -92,10 +92,13 @@ class Claim:
         self._late("failed")
         return False
 
-    def schedule_retry(self, not_before: datetime | None, reason: str) -> bool:
-        """Back to PENDING; the retry message claims again with the next attempt."""
+    def schedule_retry(self, not_before: datetime | None, reason: str,
+                       message: dict[str, Any] | None = None) -> bool:
+        """Back to PENDING; the retry message claims again with the next attempt.
+        ``message``: the retry's envelope, which a later re-send sends (its retry count)."""
+        kept = {"message": message} if message is not None else {}
         return self._move("retry_scheduled", reason, not_before=not_before,
-                          lease_expires_at=None)
+                          lease_expires_at=None, **kept)
 
     def release(self, reason: str) -> bool:
         """Back to PENDING now, for another attempt to claim."""

@@ -75,7 +75,8 @@ class Run:
         try:
             result = self.body(*self.args, **self.kwargs)
         except Retry as exc:
-            claim.schedule_retry(_retry_eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500])
+            claim.schedule_retry(_retry_eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500],
+                                 getattr(self.request, "_idem_sent_message", None))
             raise
         except (Ignore, Reject) as exc:
             claim.release(f"the body raised {type(exc).__name__}")
@@ -117,7 +118,8 @@ class Run:
         except Retry as exc:
             # The body's writes and the claim rolled back; record the attempt and the retry.
             eta = _retry_eta(exc)
-            self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry"))
+            sent = getattr(self.request, "_idem_sent_message", None)
+            self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry", sent))
             raise
         except (Ignore, Reject):
             raise  # rolled back to PENDING, which is where a released claim goes

@@ -175,11 +175,10 @@ class IdempotentTask(Task):
         """
         def publish(final: dict[str, Any]) -> Any:
             return super(IdempotentTask, self).apply_async(
-                args, kwargs, producer=producer, link=link, link_error=link_error,
-                shadow=shadow, **final)
+                args, kwargs, link=link, link_error=link_error, shadow=shadow, **final)
 
-        return send(self, args, kwargs, {**options, "task_id": task_id}, idempotency_key,
-                    publish)
+        return send(self, args, kwargs, {**options, "task_id": task_id, "producer": producer},
+                    idempotency_key, publish)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         body = super().__call__

@@ -1,7 +1,11 @@
-"""Send a stored job's task again: its arguments, its key header, its original routing.
+"""Send a stored job's message again: the envelope it was published with.
 
-Used by recovery (stale claims, lost messages) and by operators (admin retry, idem_retry).
-It goes through ``send_task`` by name, so the sending process need not import the task.
+Used by recovery (stale claims, lost messages, never-sent intents) and by operators
+(admin retry, idem_retry). A job published through ``apply_async`` kept its message
+(``celery_idem.envelope``): that message is published again under a new task id, with
+its ETA, expiry, retry count, links, chain and chord. A job without an envelope (written
+before it was kept, or by ``send_task``'s hook) is rebuilt from its arguments and routing
+through ``send_task`` by name; the sending process need not import the task either way.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 from celery import current_app
 from celery.utils import uuid
 
+from .. import envelope
 from ..errors import ConfigurationError
 from ..producer import KEY_HEADER
 
@@ -28,6 +33,9 @@ def redispatch(job: Any, countdown: float | None = None, task_id: str | None = N
             "(CELERY_IDEM_STORE_ARGUMENTS is off), so it cannot be sent again"
         )
     task_id = task_id or uuid()
+    if getattr(job, "message", None) and not countdown:
+        envelope.publish(current_app, job.message, task_id)
+        return task_id
     options: dict[str, Any] = dict(job.options or {})
     if countdown:
         options["countdown"] = countdown
