@@ -122,8 +122,9 @@ class Undecodable(ValueError):
     """The stored envelope cannot be turned back into a message."""
 
 
-def publish(app: Any, envelope: dict[str, Any], task_id: str) -> None:
-    """Send the stored message again under ``task_id``: same body, headers, routing."""
+def publish(app: Any, envelope: dict[str, Any], task_id: str, fresh: bool = False) -> None:
+    """Send the stored message again under ``task_id``: same body, headers, routing.
+    ``fresh`` (an operator's retry): without its expiry."""
     try:
         message = decode(envelope)
         body = message["body"]
@@ -136,6 +137,9 @@ def publish(app: Any, envelope: dict[str, Any], task_id: str) -> None:
         raise Undecodable(f"stored message cannot be decoded: {exc}") from exc
     headers["id"] = task_id
     properties["correlation_id"] = task_id
+    if fresh:
+        headers["expires"] = None
+        properties.pop("expiration", None)
     queues = app.amqp.queues
     declare = [queues[name] for name in message.get("declare") or ()]
     with app.producer_or_acquire() as producer:

@@ -23,6 +23,7 @@ from .backends import ClaimOutcome, Intent
 from .conf import settings
 from .errors import (
     ClaimLost,
+    Expired,
     InProgress,
     KeyMismatch,
     PersistenceError,
@@ -166,6 +167,8 @@ class Run:
             return row.result
         if row.state is State.FAILED:
             raise StoredFailure.from_record(row.error)
+        if row.state is State.EXPIRED:
+            raise Expired.from_record(row.error)
         if row.state is State.UNCERTAIN:
             raise InProgress(f"job {intent.namespace}:{intent.key} is UNCERTAIN: "
                              "an operator must mark it succeeded or retry it")

@@ -20,12 +20,24 @@ from ..errors import ConfigurationError
 from ..producer import KEY_HEADER
 
 
-def redispatch(job: Any, countdown: float | None = None, task_id: str | None = None) -> str:
+def task_id_for(job: Any) -> str:
+    """The task id a re-send of ``job`` goes under: its message's own id when the envelope
+    is kept (results, chord counters and the caller's AsyncResult all wait on that id),
+    else a new one."""
+    message = getattr(job, "message", None) or {}
+    original = (message.get("headers") or {}).get("id")
+    return str(original) if original else uuid()
+
+
+def redispatch(job: Any, countdown: float | None = None, task_id: str | None = None,
+               fresh: bool = False) -> str:
     """Publish ``job``'s task once more under a new task id, and return that id.
 
     ``job`` is a ``celery_idem.models.Job`` (or anything with its fields). The message
     carries the job's key, so it claims the same row instead of writing a new intent.
-    ``task_id`` lets a caller record the id in the job before the message leaves.
+    ``task_id`` lets a caller record the id in the job before the message leaves
+    (``task_id_for``). ``fresh``: an operator sends it again on purpose, so the message's
+    expiry no longer holds.
     """
     if job.args is None and job.kwargs is None:
         raise ConfigurationError(
@@ -34,7 +46,7 @@ def redispatch(job: Any, countdown: float | None = None, task_id: str | None = N
         )
     task_id = task_id or uuid()
     if getattr(job, "message", None) and not countdown:
-        envelope.publish(current_app, job.message, task_id)
+        envelope.publish(current_app, job.message, task_id, fresh=fresh)
         return task_id
     options: dict[str, Any] = dict(job.options or {})
     if countdown:
