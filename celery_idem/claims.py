@@ -159,9 +159,12 @@ def decide(row: JobRow | None, intent: Intent, claimant: Claimant) -> Next:
 
 
 def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
-            using: str, dedicated: bool = False) -> tuple[ClaimOutcome, Claim | None]:
+            using: str, dedicated: bool = False,
+            insert_missing: bool = True) -> tuple[ClaimOutcome, Claim | None]:
     """Claim ``intent``'s key for one attempt. Returns the outcome and, if won, the Claim
-    (which commits on the same connection). ``dedicated``: see ``get_backend``."""
+    (which commits on the same connection). ``dedicated``: see ``get_backend``.
+    ``insert_missing``: insert the row already claimed when there is none (a message that
+    no library producer sent); False gives up instead (its intent must exist)."""
     backend = get_backend(using, dedicated)
     now = timezone.now()
     claimant = Claimant(worker, task_id, now, now + timedelta(seconds=lease_seconds))
@@ -171,7 +174,7 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
             if outcome.won:
                 break
             step = decide(outcome.row, intent, claimant)
-            if step is Next.GIVE_UP:
+            if step is Next.GIVE_UP or (step is Next.INSERT and not insert_missing):
                 break
             if step is Next.INSERT:
                 outcome = backend.claim_new(intent, claimant, REASONS[step])

@@ -9,6 +9,7 @@ claim, the body and the commit are one transaction on the job database.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -25,6 +26,7 @@ from .errors import (
     ClaimLost,
     Expired,
     InProgress,
+    IntentMissing,
     KeyMismatch,
     PersistenceError,
     ResultNotJSON,
@@ -33,6 +35,8 @@ from .errors import (
 from .fingerprints import check_json
 from .producer import KEY_HEADER, build_intent, header, refused_error
 from .states import State
+
+logger = logging.getLogger(__name__)
 
 #: Message header counting how often a duplicate has waited for a live claim.
 WAITS_HEADER = "celery_idem_waits"
@@ -50,13 +54,15 @@ class Run:
         self.intent: Intent = build_intent(task.key_spec(), task.namespace, task.name, args,
                                            kwargs, header(self.request, KEY_HEADER))
         self.request.idempotency_key = self.intent.key
+        #: Sent by the library's producer, which wrote the intent first (see missing_intent).
+        self.published = header(self.request, KEY_HEADER) is not None
         self.worker = claims.worker_id(self.request.hostname, os.getpid())
         self.lease = task.lease_seconds()
 
     def acquire(self, dedicated: bool = False) -> tuple[ClaimOutcome, claims.Claim | None]:
         return claims.acquire(self.intent, worker=self.worker, task_id=self.request.id,
                               lease_seconds=self.lease, using=settings.DATABASE,
-                              dedicated=dedicated)
+                              dedicated=dedicated, insert_missing=not self.published)
 
     # -- default mode --------------------------------------------------------------------
 
@@ -158,6 +164,8 @@ class Run:
     def not_claimed(self, outcome: ClaimOutcome) -> Any:
         """A duplicate: replay the stored outcome, or apply the in-progress policy."""
         row, intent = outcome.row, self.intent
+        if row is None and self.published:
+            return self.missing_intent()
         if row is None:
             raise PersistenceError(f"job {intent.namespace}:{intent.key} vanished mid-claim")
         if row.fingerprint != intent.fingerprint:
@@ -180,6 +188,21 @@ class Run:
         if policy == "ignore":
             raise Ignore()
         return self.wait(InProgress(f"attempt {row.attempt} holds the claim"))
+
+    def missing_intent(self) -> Any:
+        """A message with a key whose intent does not exist: it rolled back with its
+        transaction (or is not committed yet, or was forgotten). Never run it: wait for
+        the intent with backoff for MISSING_INTENT_TIMEOUT, then refuse (docs/operations.md
+        "Transactions")."""
+        key = f"{self.intent.namespace}:{self.intent.key}"
+        waits = int(header(self.request, WAITS_HEADER) or 0)
+        if _waited(waits) < float(settings.MISSING_INTENT_TIMEOUT):
+            return self.wait(IntentMissing(f"no intent for {key} yet"))
+        logger.error("refused message %s of %s: its intent %s does not exist (rolled back "
+                     "or forgotten)", self.request.id, self.task.name, key,
+                     extra={"action": "intent_missing", "key": self.intent.key})
+        raise IntentMissing(f"job {key} has no intent: its transaction rolled back, or it "
+                            "was forgotten; the message is refused")
 
     def wait(self, reason: Exception) -> Any:
         """Re-queue this message with backoff, without counting against max_retries."""
@@ -212,6 +235,12 @@ def storable(result: Any) -> None:
         check_json(result, "the task's result")
     except TypeError as exc:
         raise ResultNotJSON(str(exc)) from exc
+
+
+def _waited(waits: int) -> float:
+    """Seconds ``waits`` re-queues of ``Run.wait`` have waited so far."""
+    return sum(min(settings.IN_PROGRESS_MAX_BACKOFF, settings.IN_PROGRESS_BACKOFF * 2 ** i)
+               for i in range(min(waits, 64)))
 
 
 def _retry_eta(exc: Retry) -> datetime | None:

@@ -14,7 +14,7 @@ import hashlib
 from datetime import datetime
 from typing import Any, ClassVar
 
-from celery import Task
+from celery.contrib.django.task import DjangoTask
 
 from . import runner
 from .backends import Intent
@@ -44,7 +44,7 @@ class _DeclaredKey:
         return getattr(task.request, "idempotency_key", None)
 
 
-class IdempotentTask(Task):
+class IdempotentTask(DjangoTask):
     """A task whose effect happens once per idempotency key, whatever is redelivered.
 
     Task options (pass them to ``@shared_task(base=IdempotentTask, ...)``):
@@ -179,6 +179,19 @@ class IdempotentTask(Task):
 
         return send(self, args, kwargs, {**options, "task_id": task_id, "producer": producer},
                     idempotency_key, publish)
+
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``delay`` whose message leaves when the transaction on the job database commits.
+
+        Unlike ``DjangoTask``'s, the intent is written now, in the transaction (bad input
+        raises here, and a producer that dies after the commit loses nothing): the
+        outbox of ``apply_async`` (docs/operations.md, "Transactions").
+        """
+        self.apply_async(args, kwargs)
+
+    def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``apply_async`` whose message leaves on commit; see ``delay_on_commit``."""
+        self.apply_async(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         body = super().__call__
