@@ -91,7 +91,8 @@ def _move(job: Job, event: str, *, actor: str, reason: str, attempt: int | None,
 def _dispatch_values(job: Job) -> dict[str, Any]:
     """What a transition that will send the job again writes: the new message's task id
     (so the row names the message in flight) and one more dispatch."""
-    return {"task_id": task_id_for(job), "dispatch_count": job.dispatch_count + 1}
+    return {"task_id": task_id_for(job), "dispatch_count": job.dispatch_count + 1,
+            "sent_at": timezone.now()}
 
 
 def _send_after_commit(result: ActionResult) -> None:

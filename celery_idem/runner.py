@@ -54,8 +54,10 @@ class Run:
         self.intent: Intent = build_intent(task.key_spec(), task.namespace, task.name, args,
                                            kwargs, header(self.request, KEY_HEADER))
         self.request.idempotency_key = self.intent.key
-        #: Sent by the library's producer, which wrote the intent first (see missing_intent).
-        self.published = header(self.request, KEY_HEADER) is not None
+        #: Sent by the library's producer, which wrote the intent first (see missing_intent);
+        #: an eager ``apply`` runs here and now, with no transaction to wait for.
+        self.published = (header(self.request, KEY_HEADER) is not None
+                           and not self.request.is_eager)
         self.worker = claims.worker_id(self.request.hostname, os.getpid())
         self.lease = task.lease_seconds()
 

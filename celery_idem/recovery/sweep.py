@@ -124,7 +124,7 @@ def lost_messages(now: datetime) -> Q:
         if last:
             break
     sent = Q(state=State.PENDING) & levels & ~Q(sent_at__isnull=True)
-    never_sent = Q(state=State.PENDING, sent_at__isnull=True, attempt=0, dispatch_count=0,
+    never_sent = Q(state=State.PENDING, sent_at__isnull=True, attempt=0,
                    created_at__lt=now - timedelta(seconds=float(settings.NEVER_SENT_TIMEOUT)))
     return (sent | never_sent) & ~Q(expires_at__lt=now)
 

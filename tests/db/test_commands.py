@@ -27,7 +27,7 @@ def sent(monkeypatch):
     """Task ids sent by the commands (reaper and operator retry), instead of the broker."""
     ids: list[str] = []
 
-    def fake(job, countdown=None, task_id=None):
+    def fake(job, countdown=None, task_id=None, fresh=False):
         ids.append(task_id or f"op-{job.key}")
         return ids[-1]
 
