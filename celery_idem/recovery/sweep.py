@@ -123,9 +123,12 @@ def lost_messages(now: datetime) -> Q:
         levels |= (Q(dispatch_count__gte=count) if last else Q(dispatch_count=count)) & waited
         if last:
             break
-    sent = Q(state=State.PENDING) & levels & ~Q(sent_at__isnull=True)
-    never_sent = Q(state=State.PENDING, sent_at__isnull=True, attempt=0,
-                   created_at__lt=now - timedelta(seconds=float(settings.NEVER_SENT_TIMEOUT)))
+    # Never sent: written in a transaction, not marked sent, never claimed (a claim can
+    # beat the mark; the message then certainly left).
+    unsent = Q(sent_at__isnull=True, attempt=0)
+    sent = Q(state=State.PENDING) & levels & ~unsent
+    never_sent = Q(state=State.PENDING) & unsent & Q(
+        created_at__lt=now - timedelta(seconds=float(settings.NEVER_SENT_TIMEOUT)))
     return (sent | never_sent) & ~Q(expires_at__lt=now)
 
 
