@@ -109,3 +109,12 @@ def test_filesystem_loss(bench_env, tmp_path):
     data = run(bench_env, tmp_path, "filesystem_loss.py", "--n", "50", "--rounds", "1")
     assert data["summary"]["celery_idem"] == {"sent": 50, "lost": 0}
     assert data["summary"]["kombu"]["sent"] == 50
+
+
+def test_envelope_cost(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "envelope_cost.py", "--n", "10", "--rounds", "1")
+    results = data["results"]
+    assert results["envelope"]["statements_per_publish"] == 1
+    assert results["before (no envelope)"]["avg_message_bytes"] == 0
+    assert results["envelope + link/errback"]["avg_message_bytes"] > \
+        results["envelope"]["avg_message_bytes"] > 0
