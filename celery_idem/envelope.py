@@ -124,7 +124,8 @@ class Undecodable(ValueError):
 
 def publish(app: Any, envelope: dict[str, Any], task_id: str, fresh: bool = False) -> None:
     """Send the stored message again under ``task_id``: same body, headers, routing.
-    ``fresh`` (an operator's retry): without its expiry."""
+    ``fresh`` (an operator's retry): without its expiry, and with Celery's retry count
+    back at 0, as the reset gives the job a fresh ``max_attempts`` budget."""
     try:
         message = decode(envelope)
         body = message["body"]
@@ -139,6 +140,7 @@ def publish(app: Any, envelope: dict[str, Any], task_id: str, fresh: bool = Fals
     properties["correlation_id"] = task_id
     if fresh:
         headers["expires"] = None
+        headers["retries"] = 0
         properties.pop("expiration", None)
     queues = app.amqp.queues
     declare = [queues[name] for name in message.get("declare") or ()]
