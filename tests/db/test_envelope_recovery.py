@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.test import override_settings
@@ -145,3 +146,49 @@ def test_the_envelope_keeps_eta_expiry_links_and_drops_arguments_when_told():
     with override_settings(CELERY_IDEM_STORE_ARGUMENTS=False):
         bare = envelope.capture(body, kwargs)
     assert bare["body"] is None and "argsrepr" not in bare["headers"]
+
+
+class Recorder:
+    """A producer that records what would be published."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[Any, dict[str, Any]]] = []
+
+    def publish(self, body, **kwargs):
+        self.published.append((body, kwargs))
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["recovery", "operator"])
+def test_a_re_send_publishes_the_kept_message(monkeypatch, fresh):
+    """Body (with its callbacks), headers and routing as kept; a new task id; an operator's
+    retry drops the expiry and restarts Celery's retry count."""
+    from contextlib import contextmanager
+
+    from celery import current_app
+
+    from celery_idem.recovery.resend import redispatch
+
+    recorder = Recorder()
+
+    @contextmanager
+    def acquire(producer=None):
+        yield recorder
+
+    monkeypatch.setattr(current_app, "producer_or_acquire", acquire)
+    body = ([7], {}, {"callbacks": [{"task": "t.link"}], "errbacks": None, "chain": None,
+                      "chord": None})
+    kept = envelope.capture(body, {
+        "exchange": "", "routing_key": "orders", "priority": 5, "correlation_id": "t-0",
+        "headers": {"id": "t-0", "task": ship_order.name, "retries": 2,
+                    "expires": "2030-01-01T12:00:00+00:00", "celery_idem_key": "ship/7"}})
+    job = Job(namespace="ns", key="ship/7", task_name=ship_order.name, args=[7], kwargs={},
+              message=kept)
+    assert redispatch(job, task_id="t-1", fresh=fresh) == "t-1"
+    (sent_body, sent), = recorder.published
+    assert sent_body == tuple(body[:2]) + (body[2],)
+    assert (sent["routing_key"], sent["priority"], sent["correlation_id"]) == \
+        ("orders", 5, "t-1")
+    headers = sent["headers"]
+    assert (headers["id"], headers["celery_idem_key"]) == ("t-1", "ship/7")
+    assert (headers["retries"], headers["expires"] is None) == ((0, True) if fresh
+                                                                else (2, False))
