@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 
 from celery_idem.models import Job
@@ -86,10 +86,28 @@ def test_a_message_whose_intent_rolled_back_is_refused_not_run(one_worker):
     assert not Effect.objects.filter(key="ship/1121").exists()
 
 
+def test_a_message_that_arrives_before_its_intent_commits_waits_and_runs_once(
+        broker_service, transactional_db):
+    """send_task inside atomic(): the message leaves before the intent commits; the
+    worker finds no row, re-queues it, and claims it once the transaction commits."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite: the open transaction holds the only write lock, so the "
+                    "worker's claim waits on the lock instead of finding no row")
+    env = worker_env(CELERY_IDEM_MISSING_INTENT_TIMEOUT="60",
+                     CELERY_IDEM_IN_PROGRESS_BACKOFF="0.5")
+    with Worker(concurrency=1, env=env) as w:
+        with transaction.atomic():
+            app.send_task(ship_order.name, args=[1141])
+            wait_until(lambda: "IntentMissing" in w.log(), TIMEOUT,
+                       what="the worker to find no intent and wait")
+        wait_until(lambda: succeeded("ship/1141"), TIMEOUT, what="the job after the commit")
+    assert Effect.objects.filter(key="ship/1141").count() == 1
+
+
 KILLED_PRODUCER = """
 import os, signal, django
 django.setup()
-from django.db import transaction
+from django.db import connection, transaction
 from django_app.effects.tasks import ship_order
 with transaction.atomic():
     # Registered first, so it runs first after the commit: the process dies between
