@@ -14,7 +14,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery.utils import uuid
 from django.db import transaction
 from django.utils import timezone
 
@@ -23,7 +22,7 @@ from .backends import Change, get_backend
 from .conf import settings
 from .models import Job
 from .recovery.handback import plan, registered_task
-from .recovery.resend import redispatch
+from .recovery.resend import redispatch, task_id_for
 from .states import State
 
 logger = logging.getLogger(__name__)
@@ -92,7 +91,8 @@ def _move(job: Job, event: str, *, actor: str, reason: str, attempt: int | None,
 def _dispatch_values(job: Job) -> dict[str, Any]:
     """What a transition that will send the job again writes: the new message's task id
     (so the row names the message in flight) and one more dispatch."""
-    return {"task_id": uuid(), "dispatch_count": job.dispatch_count + 1}
+    return {"task_id": task_id_for(job), "dispatch_count": job.dispatch_count + 1,
+            "sent_at": timezone.now()}
 
 
 def _send_after_commit(result: ActionResult) -> None:
@@ -101,7 +101,7 @@ def _send_after_commit(result: ActionResult) -> None:
 
     def send() -> None:
         try:
-            result.task_id = redispatch(job, task_id=job.task_id)
+            result.task_id = redispatch(job, task_id=job.task_id, fresh=True)
         # Any broker or routing error: the job stays PENDING, and the reaper sends PENDING
         # jobs again after CELERY_IDEM_DISPATCH_TIMEOUT, so report it and go on.
         except Exception as exc:

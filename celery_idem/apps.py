@@ -18,9 +18,9 @@ class CeleryIdemConfig(AppConfig):
         from . import checks  # noqa: F401 - importing the module registers the checks
         from .connection import on_shutdown, on_task_postrun
         from .leader import release_held
+        from .pools import note_pool
         from .producer import on_before_task_publish
         from .recovery.worker import on_worker_shutdown
-        from .runner import note_pool
         from .worker_connections import on_worker_init
 
         # Every Celery signal celery-idem listens to, in one place: (signal, receiver,

@@ -159,10 +159,13 @@ class Claim:
         self._late("failed")
         return False
 
-    def schedule_retry(self, not_before: datetime | None, reason: str) -> bool:
-        """Back to PENDING; the retry message claims again with the next attempt."""
+    def schedule_retry(self, not_before: datetime | None, reason: str,
+                       message: dict[str, Any] | None = None) -> bool:
+        """Back to PENDING; the retry message claims again with the next attempt.
+        ``message``: the retry's envelope, which a later re-send sends (its retry count)."""
+        kept = {"message": message} if message is not None else {}
         return self._move("retry_scheduled", reason, not_before=not_before,
-                          lease_expires_at=None)
+                          lease_expires_at=None, **kept)
 
     def release(self, reason: str) -> bool:
         """Back to PENDING now, for another attempt to claim."""
@@ -229,20 +232,25 @@ def decide(row: JobRow | None, intent: Intent, claimant: Claimant) -> Next:
 
 
 def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
-            using: str, dedicated: bool = False) -> tuple[ClaimOutcome, Claim | None]:
+            using: str, dedicated: bool = False,
+            insert_missing: bool = True) -> tuple[ClaimOutcome, Claim | None]:
     """Claim ``intent``'s key for one attempt. Returns the outcome and, if won, the Claim
-    (which commits on the same connection). ``dedicated``: see ``get_backend``."""
+    (which commits on the same connection). ``dedicated``: see ``get_backend``.
+    ``insert_missing``: insert the row already claimed when there is none (a message that
+    no library producer sent); False gives up instead (its intent must exist)."""
     backend = get_backend(using, dedicated)
     now = timezone.now()
     claimant = Claimant(worker, task_id, now, now + timedelta(seconds=lease_seconds))
-    outcome = retrying(backend, lambda: _claim(backend, intent, claimant), CLAIM_BACKOFF)
+    outcome = retrying(backend, lambda: _claim(backend, intent, claimant, insert_missing),
+                       CLAIM_BACKOFF)
     if not outcome.won or outcome.row is None:
         return outcome, None
     return outcome, Claim(backend, outcome.row.id, outcome.row.attempt, worker, task_id,
                           lease_seconds)
 
 
-def _claim(backend: Backend, intent: Intent, claimant: Claimant) -> ClaimOutcome:
+def _claim(backend: Backend, intent: Intent, claimant: Claimant,
+           insert_missing: bool) -> ClaimOutcome:
     outcome = backend.claim(Next.CLAIM.value, intent, claimant)
     row = outcome.row
     if not outcome.won and row is not None and _ours(row, claimant):
@@ -252,7 +260,7 @@ def _claim(backend: Backend, intent: Intent, claimant: Claimant) -> ClaimOutcome
         if outcome.won:
             break
         step = decide(outcome.row, intent, claimant)
-        if step is Next.GIVE_UP:
+        if step is Next.GIVE_UP or (step is Next.INSERT and not insert_missing):
             break
         if step is Next.INSERT:
             outcome = backend.claim_new(intent, claimant, REASONS[step])

@@ -26,6 +26,15 @@ DEFAULTS: dict[str, Any] = {
     "IN_PROGRESS_MAX_BACKOFF": 30.0,
     # Seconds a PENDING job may wait for its message before the reaper re-dispatches it.
     "DISPATCH_TIMEOUT": 600,
+    # Seconds an intent written inside a transaction may stay never sent (its producer
+    # died between the commit and the send) before recovery sends its message.
+    "NEVER_SENT_TIMEOUT": 30,
+    # Re-dispatches of a PENDING job that no worker claims (its task unknown to every
+    # worker, its message lost each time) before it ends FAILED ("undeliverable").
+    "MAX_REDISPATCHES": 8,
+    # Seconds a worker waits (re-queueing with backoff) for the intent of a message that
+    # carries a key but whose row does not exist, before it refuses the message.
+    "MISSING_INTENT_TIMEOUT": 60,
     # Rows the reaper takes per batch.
     "REAPER_BATCH_SIZE": 500,
     # Largest wait, in seconds, between two re-dispatches of a PENDING job (the wait

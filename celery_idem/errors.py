@@ -113,12 +113,29 @@ class PersistenceError(IdempotencyError):
     """The job database could not be read or written; the body did not run unclaimed."""
 
 
+class Expired(StoredFailure):
+    """The job's message expired before any worker claimed it (state EXPIRED). A
+    duplicate gets this error; an operator's retry sends it again without its expiry."""
+
+
+class Undeliverable(StoredFailure):
+    """The job's message could not be delivered: no worker claimed it after
+    ``CELERY_IDEM_MAX_REDISPATCHES`` re-sends, or its stored message cannot be decoded."""
+
+
+class IntentMissing(IdempotencyError):
+    """A message carries an idempotency key whose intent does not exist (it rolled back
+    with its transaction, or was forgotten): the worker refuses to run it."""
+
+
 __all__ = [
     "ArgumentsNotJSON",
     "ClaimError",
     "ClaimLost",
     "ConfigurationError",
+    "Expired",
     "IdempotencyError",
+    "IntentMissing",
     "InProgress",
     "InvalidKey",
     "InvalidLease",
@@ -131,4 +148,6 @@ __all__ = [
     "StepNotJSON",
     "InvalidStep",
     "StoredFailure",
+    "Undeliverable",
 ]
+

@@ -35,6 +35,15 @@ class Job(models.Model):
         _("delivery options"), default=dict, blank=True,
         help_text=_("queue, priority and routing used to re-dispatch the job"),
     )
+    message = models.JSONField(
+        _("message"), null=True, blank=True,
+        help_text=_("the message as published (headers, body, routing), sent again as is"),
+    )
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    sent_at = models.DateTimeField(
+        _("sent at"), null=True, blank=True,
+        help_text=_("empty while an intent written in a transaction waits for its message"),
+    )
 
     # The job whose claimed body sent this one (a child key's parent). Forgetting the
     # parent leaves the child and its outcome, unlinked (SET_NULL).

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from celery import current_app
@@ -23,13 +24,14 @@ from celery.utils import uuid
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import errors
-from .backends import Intent, get_backend
+from . import envelope, errors
+from .backends import Change, Intent, get_backend
 from .claims import persistence
 from .conf import settings
 from .errors import IdempotencyError, KeyMismatch
 from .fingerprints import canonical_json, fingerprint
 from .keys import KeySpec, validate_key
+from .states import State
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +65,9 @@ def build_intent(spec: KeySpec, namespace: str, task_name: str, args: Any = None
                   kwargs if store else None, options or {})
 
 
-def write_intent(intent: Intent, task_id: str) -> None:
+def write_intent(intent: Intent, task_id: str) -> int | None:
     """Insert the PENDING intent, or find the key; raise KeyMismatch on other arguments.
+    Returns the id of the row this call inserted (None: the key existed).
 
     Inside the caller's transaction the write gets a savepoint of its own: a database
     error on it (bad input the driver refuses) rolls back to the savepoint, and the
@@ -76,6 +79,7 @@ def write_intent(intent: Intent, task_id: str) -> None:
     row = outcome.row
     if not outcome.won and row is not None and row.fingerprint != intent.fingerprint:
         raise mismatch(intent, row)
+    return row.id if outcome.won and row is not None else None
 
 
 def mismatch(intent: Intent, row: Any) -> KeyMismatch:
@@ -122,34 +126,98 @@ def child_key(parent: Any, child_name: str, args: Any, kwargs: Any) -> str:
     return "child-" + hashlib.sha256(canonical_json(parts).encode()).hexdigest()
 
 
+def in_transaction() -> bool:
+    """Whether the caller is inside ``transaction.atomic()`` on the job database."""
+    return bool(transaction.get_connection(settings.DATABASE).in_atomic_block)
+
+
+def mark_sent(job_id: int, now: datetime | None = None) -> None:
+    """Record that the message of an intent written in a transaction has left."""
+    change = Change(job_id, "sent", State.PENDING, attempt=0,
+                    values={"sent_at": now or timezone.now()})
+    with persistence():
+        get_backend(settings.DATABASE).apply(change, timezone.now())
+
+
+def _send_committed(app: Any, body: Any, kwargs: dict[str, Any], job_id: int | None) -> None:
+    """The outbox's second half, after the commit: publish the message, mark it sent.
+
+    Never raises into the committing caller: the intent is committed, and a message that
+    did not leave is sent by recovery after ``CELERY_IDEM_NEVER_SENT_TIMEOUT``.
+    """
+    try:
+        with app.producer_or_acquire() as producer:
+            producer.publish(body, **kwargs)
+        if job_id is not None:
+            mark_sent(job_id)
+    except Exception as exc:
+        logger.error("message of job %s not sent after the commit: %s; recovery sends it",
+                     job_id, exc, extra={"action": "outbox_send_failed", "job_id": job_id})
+
+
 def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
          key: str | None, publish: Callable[[dict[str, Any]], Any]) -> Any:
     """Write the intent of ``task(*args, **kwargs)`` and publish its message.
 
     ``publish(options)`` sends the message (Celery's own ``apply_async``) with the final
-    options: the task id and the headers. Inside an atomic body the message leaves only
-    if the body's transaction commits.
+    options: the task id, the headers and a producer that captures the finished message
+    (``envelope.Capture``), so the intent is written with its envelope in one statement
+    just before the message leaves. Inside ``transaction.atomic()`` on the job database
+    (an atomic body included) the intent is written in that transaction and the message
+    leaves when it commits (the outbox); a rollback leaves neither.
     """
     headers = dict(options.pop("headers", None) or {})
-    if key is None and KEY_HEADER in headers:
-        # A re-send that already carries its key: a retry, a wait, a re-dispatch.
-        return publish({**options, "headers": headers})
-    spec: KeySpec = task.key_spec()
+    producer = options.pop("producer", None)
     parent = running_parent()
+    if key is None and KEY_HEADER in headers:
+        # A re-send that already carries its key: a retry, a wait, a re-dispatch. A
+        # retry's message is what a later re-send must send (the retry count goes on).
+        return _resend(task, parent, producer, publish, {**options, "headers": headers})
+    spec: KeySpec = task.key_spec()
     if key is None and spec.per_call and parent is not None:
         key = child_key(parent, task.name, args, kwargs)
     job = build_intent(spec, task.namespace, task.name, args, kwargs, key,
                        delivery_options(options))
     if parent is not None:  # the parent -> child link, shown on both jobs' admin pages
         job = replace(job, parent_id=parent.request._idem_claim.job_id)
-    options["task_id"] = options.get("task_id") or uuid()
+    task_id = options["task_id"] = options.get("task_id") or uuid()
     headers[KEY_HEADER] = job.key
-    write_intent(job, options["task_id"])
     final = {**options, "headers": headers}
-    if parent is not None and parent.atomic:
-        transaction.on_commit(lambda: publish(final), using=settings.DATABASE)
-        return task.AsyncResult(options["task_id"])
-    return publish(final)
+    if task.app.conf.task_always_eager:  # nothing is published: no envelope to keep
+        write_intent(job, task_id)
+        return publish({**final, "producer": producer})
+    outbox = in_transaction()
+    written: list[int | None] = []
+
+    def on_publish(real: Any, body: Any, kw: dict[str, Any]) -> Any:
+        message = envelope.capture(body, kw)
+        written.append(write_intent(replace(
+            job, message=message, not_before=envelope.eta(message),
+            expires_at=envelope.expires(message), sent=not outbox), task_id))
+        if outbox:
+            transaction.on_commit(lambda: _send_committed(task.app, body, kw, written[0]),
+                                  using=settings.DATABASE)
+            return None
+        return real.publish(body, **kw)
+
+    with task.app.producer_or_acquire(producer) as real:
+        result = publish({**final, "producer": envelope.Capture(real, on_publish)})
+    if not written:  # Celery published nothing (a custom route or class): the bare intent
+        write_intent(job, task_id)
+    return result
+
+
+def _resend(task: Any, parent: Any, producer: Any, publish: Callable[[dict[str, Any]], Any],
+            final: dict[str, Any]) -> Any:
+    if parent is None or final.get("task_id") != parent.request.id:
+        return publish({**final, "producer": producer})
+
+    def on_publish(real: Any, body: Any, kw: dict[str, Any]) -> Any:
+        parent.request._idem_sent_message = envelope.capture(body, kw)
+        return real.publish(body, **kw)
+
+    with task.app.producer_or_acquire(producer) as real:
+        return publish({**final, "producer": envelope.Capture(real, on_publish)})
 
 
 def refused_error(request: Any) -> IdempotencyError | None:

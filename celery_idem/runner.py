@@ -9,6 +9,7 @@ claim, the body and the commit are one transaction on the job database.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -24,7 +25,9 @@ from .conf import settings
 from .errors import (
     ClaimLost,
     ConfigurationError,
+    Expired,
     InProgress,
+    IntentMissing,
     PersistenceError,
     ResultNotJSON,
     StoredFailure,
@@ -34,33 +37,12 @@ from .producer import KEY_HEADER, build_intent, header, mismatch, refused_error
 from .replacement import Replaced, handed_over, settle
 from .states import State
 
+logger = logging.getLogger(__name__)
+
 #: Message header counting how often a duplicate has waited for a live claim.
 WAITS_HEADER = "celery_idem_waits"
 
 Body = Callable[..., Any]
-
-#: Whether this process's pool kills a body at its hard time limit: only prefork does
-#: (solo, threads and gevent ignore time limits), so only there may the time limit set
-#: the lease. Recorded when the worker starts; prefork children inherit it.
-_pool_enforces_time_limits = False
-
-
-def note_pool(sender: Any = None, **_: Any) -> None:
-    """``worker_init`` receiver: record whether the worker's pool enforces time limits."""
-    global _pool_enforces_time_limits
-    from celery.concurrency import get_implementation
-    from celery.concurrency.prefork import TaskPool
-
-    pool = getattr(sender, "pool_cls", None)
-    if isinstance(pool, str):
-        pool = get_implementation(pool)
-    _pool_enforces_time_limits = isinstance(pool, type) and issubclass(pool, TaskPool)
-
-
-def time_limits_enforced() -> bool:
-    """Whether a hard time limit ends a body in this process (see ``note_pool``)."""
-    return _pool_enforces_time_limits
-
 
 class Run:
     """One message of ``task`` on a worker: its intent, its claim, its outcome."""
@@ -72,13 +54,17 @@ class Run:
         self.intent: Intent = build_intent(task.key_spec(), task.namespace, task.name, args,
                                            kwargs, header(self.request, KEY_HEADER))
         self.request.idempotency_key = self.intent.key
+        #: Sent by the library's producer, which wrote the intent first (see missing_intent);
+        #: an eager ``apply`` runs here and now, with no transaction to wait for.
+        self.published = (header(self.request, KEY_HEADER) is not None
+                           and not self.request.is_eager)
         self.worker = claims.worker_id(self.request.hostname, os.getpid())
         self.lease = task.lease_seconds()
 
     def acquire(self, dedicated: bool = False) -> tuple[ClaimOutcome, claims.Claim | None]:
         return claims.acquire(self.intent, worker=self.worker, task_id=self.request.id,
                               lease_seconds=self.lease, using=settings.DATABASE,
-                              dedicated=dedicated)
+                              dedicated=dedicated, insert_missing=not self.published)
 
     # -- default mode --------------------------------------------------------------------
 
@@ -98,7 +84,8 @@ class Run:
         try:
             result = self.body(*self.args, **self.kwargs)
         except Retry as exc:
-            claim.schedule_retry(_retry_eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500])
+            claim.schedule_retry(_retry_eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500],
+                                 getattr(self.request, "_idem_sent_message", None))
             raise
         except (Ignore, Reject) as exc:
             if not getattr(self.request, "_idem_replaced", False):
@@ -147,7 +134,8 @@ class Run:
         except Retry as exc:
             # The body's writes and the claim rolled back; record the attempt and the retry.
             eta = _retry_eta(exc)
-            self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry"))
+            sent = getattr(self.request, "_idem_sent_message", None)
+            self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry", sent))
             raise
         except (Ignore, Reject):
             raise  # rolled back to PENDING, which is where a released claim goes
@@ -185,6 +173,8 @@ class Run:
     def not_claimed(self, outcome: ClaimOutcome) -> Any:
         """A duplicate: replay the stored outcome, or apply the in-progress policy."""
         row, intent = outcome.row, self.intent
+        if row is None and self.published:
+            return self.missing_intent()
         if row is None:
             raise PersistenceError(f"job {intent.namespace}:{intent.key} vanished mid-claim")
         if row.fingerprint != intent.fingerprint:
@@ -195,6 +185,8 @@ class Run:
             raise StoredFailure.from_record(row.error)
         if handed_over(row):
             settle(self.task, row, self.worker)  # raises if the replacement failed
+        if row.state is State.EXPIRED:
+            raise Expired.from_record(row.error)
         if row.state is State.UNCERTAIN:
             raise InProgress(f"job {intent.namespace}:{intent.key} is UNCERTAIN: "
                              "an operator must mark it succeeded or retry it")
@@ -206,6 +198,21 @@ class Run:
         if policy == "ignore":
             raise Ignore()
         return self.wait(InProgress(f"attempt {row.attempt} holds the claim"))
+
+    def missing_intent(self) -> Any:
+        """A message with a key whose intent does not exist: it rolled back with its
+        transaction (or is not committed yet, or was forgotten). Never run it: wait for
+        the intent with backoff for MISSING_INTENT_TIMEOUT, then refuse (docs/operations.md
+        "Transactions")."""
+        key = f"{self.intent.namespace}:{self.intent.key}"
+        waits = int(header(self.request, WAITS_HEADER) or 0)
+        if _waited(waits) < float(settings.MISSING_INTENT_TIMEOUT):
+            return self.wait(IntentMissing(f"no intent for {key} yet"))
+        logger.error("refused message %s of %s: its intent %s does not exist (rolled back "
+                     "or forgotten)", self.request.id, self.task.name, key,
+                     extra={"action": "intent_missing", "key": self.intent.key})
+        raise IntentMissing(f"job {key} has no intent: its transaction rolled back, or it "
+                            "was forgotten; the message is refused")
 
     def wait(self, reason: Exception) -> Any:
         """Re-queue this message with backoff, without counting against max_retries."""
@@ -266,6 +273,12 @@ def storable(result: Any) -> None:
         check_json(result, "the task's result")
     except TypeError as exc:
         raise ResultNotJSON(str(exc)) from exc
+
+
+def _waited(waits: int) -> float:
+    """Seconds ``waits`` re-queues of ``Run.wait`` have waited so far."""
+    return sum(min(settings.IN_PROGRESS_MAX_BACKOFF, settings.IN_PROGRESS_BACKOFF * 2 ** i)
+               for i in range(min(waits, 64)))
 
 
 def _retry_eta(exc: Retry) -> datetime | None:

@@ -34,6 +34,8 @@ class State(enum.StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     UNCERTAIN = "UNCERTAIN"
+    #: Its message expired before any worker claimed it; never sent again automatically.
+    EXPIRED = "EXPIRED"
 
     @property
     def label(self) -> Promise:
@@ -44,7 +46,7 @@ class State(enum.StrEnum):
 _LABELS: dict[State, Promise] = {
     State.PENDING: _("Pending"), State.RUNNING: _("Running"),
     State.SUCCEEDED: _("Succeeded"), State.FAILED: _("Failed"),
-    State.UNCERTAIN: _("Uncertain"),
+    State.UNCERTAIN: _("Uncertain"), State.EXPIRED: _("Expired"),
 }
 #: The model field's choices.
 STATE_CHOICES = [(state.value, _LABELS[state]) for state in State]
@@ -89,6 +91,7 @@ class Move:
 
 
 P, R, S, F, U = State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.UNCERTAIN
+X = State.EXPIRED
 _ALL = frozenset(State)
 
 #: What a claim writes (the attempt is incremented, not set).
@@ -96,10 +99,11 @@ CLAIM_COLUMNS = frozenset({"attempt", "worker", "task_id", "lease_expires_at", "
                            "started_at"})
 #: What the producer writes with the intent.
 INTENT_COLUMNS = frozenset({"namespace", "key", "task_name", "args", "kwargs", "fingerprint",
-                            "options", "task_id", "created_at", "parent"})
+                            "options", "task_id", "created_at", "parent", "message",
+                            "not_before", "expires_at", "sent_at"})
 _ENDS = frozenset({"finished_at", "lease_expires_at"})
 #: What a move that sends the job's message again writes besides its own columns.
-RESEND_COLUMNS = frozenset({"task_id", "dispatch_count"})
+RESEND_COLUMNS = frozenset({"task_id", "dispatch_count", "sent_at"})
 
 
 def _m(event: str, sources: set[State | None] | frozenset[State | None],
@@ -126,25 +130,30 @@ MOVES: dict[str, Move] = {m.event: m for m in [
        _("handed to its replacement")),
     _m("succeeded", {R}, S, _FENCED, _ENDS | {"result"}, _("succeeded")),
     _m("failed", {R}, F, _FENCED, _ENDS | {"error"}, _("failed")),
-    _m("retry_scheduled", {R}, P, _FENCED, {"not_before", "lease_expires_at"},
-       _("retry scheduled")),
+    # The retry's own message (its envelope) replaces the one a re-send would send.
+    _m("retry_scheduled", {R}, P, _FENCED, {"not_before", "lease_expires_at", "message",
+                                            "expires_at"}, _("retry scheduled")),
     # Stale claim, worker lost, worker shut down, or an operator.
     _m("released", {R}, P, _FENCED, {"lease_expires_at", "worker"} | RESEND_COLUMNS,
        _("released")),
     _m("dead_lettered", {R, P}, F, _FENCED, _ENDS | {"error"}, _("dead-lettered")),
     # Lost mid-run, and the task must not re-run blindly: an operator decides.
     _m("uncertain", {R}, U, _FENCED, {"lease_expires_at", "worker"}, _("outcome uncertain")),
-    _m("reset", {F, U}, P, _FENCED,
+    # Its message expired unclaimed (Celery dropped it, or `expires` passed).
+    _m("expired", {P}, X, _FENCED, _ENDS | {"error"}, _("expired")),
+    _m("reset", {F, U, X}, P, _FENCED,
        _ENDS | {"error", "not_before"} | RESEND_COLUMNS, _("reset by an operator")),
     _m("resolved", {U}, S, _FENCED, _ENDS | {"error"}, _("resolved by an operator")),
     # History only: the state stays.
-    _m("duplicate", {S, F}, None, Guard.SAME_ARGUMENTS, set(), _("duplicate replayed")),
+    _m("duplicate", {S, F, X}, None, Guard.SAME_ARGUMENTS, set(), _("duplicate replayed")),
     _m("late_finish", _ALL, None, _NONE, set(), _("late finish ignored")),
     _m("redispatched", {P}, None, _FENCED | Guard.SAME_DISPATCH, RESEND_COLUMNS,
        _("sent again")),
     _m("attempt_lost", {P}, None, _FENCED, set(), _("attempt lost")),
     # A step of the body stored its checkpoint (backends: ``save_step``).
     _m("step_completed", {R}, None, _FENCED, set(), _("step completed")),
+    # An intent published inside a transaction: its message left after the commit.
+    _m("sent", {P}, None, _FENCED, {"sent_at"}, _("sent"), recorded=False),
 ]}
 
 #: The history-only move a body's stored step records (``Backend.save_step``).
@@ -166,7 +175,7 @@ TRANSITIONS: dict[State | None, frozenset[State]] = {
 }
 
 #: States whose outcome a duplicate replays instead of running.
-FINISHED: frozenset[State] = frozenset({S, F})
+FINISHED: frozenset[State] = frozenset({S, F, X})
 #: States an operator may forget a job in: a RUNNING job's worker still writes to its
 #: row, so its claim is released first.
 FORGETTABLE: frozenset[State] = _ALL - {R}

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
 
-from celery import Task, current_app
+from celery import current_app
+from celery.contrib.django.task import DjangoTask
 from celery.utils import uuid
 
-from . import replacement, runner, steps
+from . import pools, replacement, runner, steps
 from .backends import Intent
 from .conf import settings
 from .errors import ConfigurationError
@@ -48,7 +49,7 @@ class _DeclaredKey:
         return getattr(task.request, "idempotency_key", None)
 
 
-class IdempotentTask(Task):
+class IdempotentTask(DjangoTask):
     """A task whose effect happens once per idempotency key, whatever is redelivered.
 
     Task options (pass them to ``@shared_task(base=IdempotentTask, ...)``):
@@ -179,7 +180,7 @@ class IdempotentTask(Task):
         if self.lease is not None:
             return float(self.lease)
         hard = (self.request.timelimit or (None, None))[0] or self.time_limit
-        if hard and runner.time_limits_enforced():
+        if hard and pools.time_limits_enforced():
             return float(hard) + float(settings.LEASE_GRACE)
         return float(settings.DEFAULT_LEASE)
 
@@ -200,11 +201,23 @@ class IdempotentTask(Task):
         """
         def publish(final: dict[str, Any]) -> Any:
             return super(IdempotentTask, self).apply_async(
-                args, kwargs, producer=producer, link=link, link_error=link_error,
-                shadow=shadow, **final)
+                args, kwargs, link=link, link_error=link_error, shadow=shadow, **final)
 
-        return send(self, args, kwargs, {**options, "task_id": task_id}, idempotency_key,
-                    publish)
+        return send(self, args, kwargs, {**options, "task_id": task_id, "producer": producer},
+                    idempotency_key, publish)
+
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``delay`` whose message leaves when the transaction on the job database commits.
+
+        Unlike ``DjangoTask``'s, the intent is written now, in the transaction (bad input
+        raises here, and a producer that dies after the commit loses nothing): the
+        outbox of ``apply_async`` (docs/operations.md, "Transactions").
+        """
+        self.apply_async(args, kwargs)
+
+    def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``apply_async`` whose message leaves on commit; see ``delay_on_commit``."""
+        self.apply_async(*args, **kwargs)
 
     def replace(self, sig: Any) -> Any:
         """Celery's ``replace``; the key's outcome becomes the replacement's (see

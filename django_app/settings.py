@@ -14,6 +14,7 @@ filesystem transport, no server to start.
 """
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -152,3 +153,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"celery_idem": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# Worker processes started by the tests take celery-idem settings from the environment
+# (e.g. CELERY_IDEM_MISSING_INTENT_TIMEOUT=2), as JSON values.
+for _name, _value in os.environ.items():
+    if _name.startswith("CELERY_IDEM_"):
+        globals()[_name] = json.loads(_value)

@@ -75,15 +75,17 @@ class JobAdmin(OperatorActions):
         (gettext_lazy("Timing"), {"fields": ("created_display", "started_display",
                                              "finished_display", "duration_display",
                                              "lease_display", "not_before_display",
+                                             "expires_display", "sent_display",
                                              "updated_display")}),
         (gettext_lazy("Arguments"), {"fields": ("args_display", "kwargs_display",
-                                                "options_display")}),
+                                                "options_display", "message_display")}),
         (gettext_lazy("Outcome"), {"fields": ("result_display", "error_display")}),
     )
     readonly_fields = ("state_display", "task_id_display", "parent_display", "children_display",
                        "created_display", "started_display",
                        "finished_display", "duration_display", "lease_display",
-                       "not_before_display", "updated_display",
+                       "not_before_display", "expires_display", "sent_display",
+                       "updated_display", "message_display",
                        "args_display", "kwargs_display", "options_display", "result_display",
                        "error_display")
 
@@ -194,6 +196,12 @@ class JobAdmin(OperatorActions):
     finished_display = _moment("finished_at", gettext_lazy("finished at"))
     not_before_display = _moment("not_before", gettext_lazy("not before"))
     updated_display = _moment("updated_at", gettext_lazy("updated at"))
+    expires_display = _moment("expires_at", gettext_lazy("message expires at"))
+    sent_display = _moment("sent_at", gettext_lazy("message sent at"))
+
+    @admin.display(description=gettext_lazy("message as published"))
+    def message_display(self, job: Job) -> Any:
+        return display.pretty_json(job.message)
 
     @admin.display(description=gettext_lazy("duration"))
     def duration_display(self, job: Job) -> str:

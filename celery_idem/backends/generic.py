@@ -63,6 +63,8 @@ class GenericBackend(Backend):
                     args=intent.args, kwargs=intent.kwargs, fingerprint=intent.fingerprint,
                     options=intent.options, state=move.target, task_id=task_id,
                     parent_id=intent.parent_id,
+                    message=intent.message, not_before=intent.not_before,
+                    expires_at=intent.expires_at, sent_at=now if intent.sent else None,
                     created_at=now, updated_at=now, **claim,
                 )
                 line = Change(job.pk, move.event, None, worker=claim.get("worker", ""),

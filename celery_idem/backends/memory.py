@@ -67,6 +67,9 @@ class MemoryJob:
     lease_expires_at: datetime | None = None
     not_before: datetime | None = None
     dispatch_count: int = 0
+    message: dict[str, Any] | None = None
+    expires_at: datetime | None = None
+    sent_at: datetime | None = None
     result: Any = None
     error: dict[str, Any] | None = None
     created_at: datetime | None = None
@@ -142,7 +145,10 @@ class InMemoryBackend(Backend):
             job = MemoryJob(next(self._ids), intent.namespace, intent.key, intent.task_name,
                             intent.fingerprint, intent.args, intent.kwargs,
                             dict(intent.options), move.target, task_id=task_id,
-                            created_at=now, updated_at=now, parent_id=intent.parent_id)
+                            created_at=now, updated_at=now, parent_id=intent.parent_id,
+                            message=intent.message, not_before=intent.not_before,
+                            expires_at=intent.expires_at,
+                            sent_at=now if intent.sent else None)
             if claimant is not None:
                 job.attempt, job.worker, job.started_at = 1, claimant.worker, now
                 job.lease_expires_at = claimant.lease_expires_at

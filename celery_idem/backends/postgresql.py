@@ -178,6 +178,8 @@ class PostgreSQLBackend(Backend):
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
             "fingerprint": intent.fingerprint, "args": _json(intent.args),
             "kwargs": _json(intent.kwargs), "options": _json(intent.options),
+            "message": _json(intent.message), "not_before": intent.not_before,
+            "expires_at": intent.expires_at, "sent_at": now if intent.sent else None,
             "to_state": move.target.value, "event": move.event, "task_id": task_id,
             "now": now, "reason": reason,
             "attempt": 0 if claimant is None else 1,

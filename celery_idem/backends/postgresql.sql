@@ -33,10 +33,12 @@ dispatch_count = %(dispatch_count)s
 WITH ins AS (
     INSERT INTO {job} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
                        attempt, worker, task_id, lease_expires_at, dispatch_count,
-                       created_at, started_at, updated_at, parent_id)
+                       created_at, started_at, updated_at, parent_id, message, not_before,
+                       expires_at, sent_at)
     VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s::jsonb, %(kwargs)s::jsonb,
             %(fingerprint)s, %(options)s::jsonb, %(to_state)s, %(attempt)s, %(worker)s,
-            %(task_id)s, %(lease)s, 0, %(now)s, %(started_at)s, %(now)s, %(parent)s)
+            %(task_id)s, %(lease)s, 0, %(now)s, %(started_at)s, %(now)s, %(parent)s,
+            %(message)s::jsonb, %(not_before)s, %(expires_at)s, %(sent_at)s)
     ON CONFLICT (namespace, key) DO NOTHING
     RETURNING {row}
 ), hist AS (

@@ -13,7 +13,7 @@ from ..errors import InvalidTransition
 from ..states import Move, State
 
 #: Columns whose values are JSON.
-JSON_COLUMNS = frozenset({"result", "error", "args", "kwargs", "options"})
+JSON_COLUMNS = frozenset({"result", "error", "args", "kwargs", "options", "message"})
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,13 @@ class Intent:
     args: list[Any] | None
     kwargs: dict[str, Any] | None
     options: dict[str, Any] = field(default_factory=dict)
+    #: The envelope of the message (``celery_idem.envelope``), when it was captured.
+    message: dict[str, Any] | None = None
+    #: The message's ETA (the job is not due before it) and expiry.
+    not_before: datetime | None = None
+    expires_at: datetime | None = None
+    #: False for an intent written in a transaction whose message leaves on commit.
+    sent: bool = True
     #: The job whose claimed body sent this one (the parent -> child link), if any.
     parent_id: int | None = None
 

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("celery_idem", "0003_lease"),
+        ("celery_idem", "0004_envelope_outbox_expiry"),
     ]
 
     operations = [

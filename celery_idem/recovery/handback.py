@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import current_app
-from celery.utils import uuid
 from django.utils import timezone
 
 from ..backends import Backend, Change
 from ..claims import describe_error
 from ..errors import StoredFailure
 from ..states import State
+from .resend import task_id_for
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,6 @@ def plan(backend: Backend, job: Any, task: Any, why: str, *, resend: bool,
                                lease_expires_at=None, worker=""), "skipped")
     if resend:
         return HandBack(change("released", why, lease_expires_at=None, worker="",
-                               task_id=uuid(), dispatch_count=job.dispatch_count + 1),
+                               task_id=task_id_for(job), dispatch_count=job.dispatch_count + 1),
                         "released", resend=True)
     return HandBack(change("released", why, lease_expires_at=None, worker=""), "released")

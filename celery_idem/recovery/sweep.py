@@ -6,7 +6,14 @@ Nothing is ever lost and nothing stays stuck, whatever crashes (docs/operations.
    due (a broker that lost it, a publish that failed after the intent was written, an
    atomic body whose transaction died with its worker) is sent again. The wait starts
    at ``DISPATCH_TIMEOUT`` and doubles with each re-dispatch, up to
-   ``DISPATCH_MAX_BACKOFF``; ``dispatch_count`` keeps the count.
+   ``DISPATCH_MAX_BACKOFF``; ``dispatch_count`` keeps the count. A job is not due before
+   its message's ETA (``not_before``), so scheduled work is never presumed lost early.
+   An intent written inside a transaction whose message never left (``sent_at`` empty:
+   its producer died between the commit and the send) is sent after the shorter
+   ``NEVER_SENT_TIMEOUT``. After ``MAX_REDISPATCHES`` unclaimed re-sends, or when its
+   stored message cannot be decoded, the job ends FAILED as undeliverable.
+   A job whose message expired unclaimed (its ``expires`` passed) ends EXPIRED and is
+   never sent again.
 2. **Stale claims.** A RUNNING job past its lease lost its worker. It goes back to
    PENDING and is sent again; or to FAILED ("dead-lettered") once its attempts reach the
    task's ``max_attempts``; or to UNCERTAIN when the task declared
@@ -32,17 +39,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from celery.utils import uuid
 from django.db.models import Q
 from django.utils import timezone
 
 from ..backends import Backend, Change, get_backend
-from ..claims import persistence
+from ..claims import describe_error, persistence
 from ..conf import settings
+from ..envelope import Undecodable
+from ..errors import Expired, Undeliverable
 from ..models import Job
 from ..states import State, stale_q
 from .handback import HandBack, plan, registered_task, resendable
-from .resend import redispatch
+from .resend import redispatch, task_id_for
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +60,8 @@ ACTIONS = (
     "redispatched",   # PENDING whose message was presumed lost, sent again
     "dead_lettered",  # stale claim at max_attempts -> FAILED
     "uncertain",      # stale claim of a task that must not re-run blindly -> UNCERTAIN
+    "expired",        # PENDING whose message expired unclaimed -> EXPIRED
+    "undeliverable",  # PENDING re-sent too often, or its message undecodable -> FAILED
     "skipped",        # left alone: task unknown here, or no stored arguments to send
     "send_failed",    # moved, but the broker refused the message; the next pass retries
 )
@@ -113,7 +123,18 @@ def lost_messages(now: datetime) -> Q:
         levels |= (Q(dispatch_count__gte=count) if last else Q(dispatch_count=count)) & waited
         if last:
             break
-    return Q(state=State.PENDING) & levels
+    # Never sent: written in a transaction, not marked sent, never claimed (a claim can
+    # beat the mark; the message then certainly left).
+    unsent = Q(sent_at__isnull=True, attempt=0)
+    sent = Q(state=State.PENDING) & levels & ~unsent
+    never_sent = Q(state=State.PENDING) & unsent & Q(
+        created_at__lt=now - timedelta(seconds=float(settings.NEVER_SENT_TIMEOUT)))
+    return (sent | never_sent) & ~Q(expires_at__lt=now)
+
+
+def expired(now: datetime) -> Q:
+    """PENDING jobs whose message expired before any worker claimed it."""
+    return Q(state=State.PENDING, expires_at__lt=now)
 
 
 # -- what to do with a row -------------------------------------------------------------
@@ -137,20 +158,43 @@ class Pass:
 
     def lost_message(self, job: Job, batch: Batch) -> None:
         """Send a PENDING job again; the count and the new task id go in the same write."""
+        if job.dispatch_count >= int(settings.MAX_REDISPATCHES):
+            self.undeliverable(job, f"sent {job.dispatch_count + 1} times and never claimed: "
+                                    f"no worker runs task {job.task_name!r}, or its "
+                                    "messages are lost")
+            return
         if not resendable(job):
             self._skip(job, "no stored arguments to send")
             return
-        task_id = uuid()
+        task_id = task_id_for(job)
         wait = redispatch_wait(job.dispatch_count)
         reason = (f"no worker claimed it within {wait:g}s of its message being due: "
                   f"message presumed lost, re-dispatch {job.dispatch_count + 1}")
         change = Change(job.id, "redispatched", State.PENDING, attempt=job.attempt,
                         dispatch_count=job.dispatch_count, task_id=task_id, reason=reason,
                         values={"dispatch_count": job.dispatch_count + 1,
-                                "task_id": task_id})
+                                "task_id": task_id, "sent_at": self.now})
         if self.backend.apply(change, self.now):
             batch.sends.append((job, task_id))
             self.report.add("redispatched", job.task_name)
+
+    def expired(self, job: Job, batch: Batch) -> None:
+        """A PENDING job whose message expired unclaimed ends EXPIRED."""
+        self._end(job, "expired", Expired(
+            f"message expired at {job.expires_at:%Y-%m-%d %H:%M:%S%z} before any worker "
+            "claimed it"))
+
+    def undeliverable(self, job: Job, why: str) -> None:
+        """A job that cannot be sent (or never gets claimed) ends FAILED with ``why``."""
+        self._end(job, "dead_lettered", Undeliverable(why), "undeliverable")
+
+    def _end(self, job: Job, event: str, error: Exception, action: str = "") -> None:
+        change = Change(job.id, event, State.PENDING, attempt=job.attempt,
+                        reason=str(error)[:500], values={
+                            "error": describe_error(error), "finished_at": self.now,
+                            "lease_expires_at": None})
+        if self.backend.apply(change, self.now):
+            self.report.add(action or event, job.task_name)
 
     def stale_claim(self, job: Job, batch: Batch) -> None:
         """Hand back the claim of a worker that is presumed dead (``recovery.handback``)."""
@@ -178,6 +222,8 @@ class Pass:
     def send(self, job: Job, task_id: str) -> None:
         try:
             redispatch(job, task_id=task_id)
+        except Undecodable as exc:
+            self.undeliverable(job, str(exc))
         # Any broker or routing error: the job is PENDING under this task id, so the
         # next pass past the dispatch timeout sends it again. Report it and go on.
         except Exception as exc:
@@ -203,11 +249,12 @@ def reap(*, now: datetime | None = None, using: str | None = None,
     run = Pass(get_backend(using or settings.DATABASE), now or timezone.now())
     limit = batch_size or settings.REAPER_BATCH_SIZE
     with persistence():
+        _sweep(run, expired(run.now), limit, run.expired)
         _sweep(run, lost_messages(run.now), limit, run.lost_message)
         _sweep(run, stale_q(run.now), limit, run.stale_claim)
     report = run.report
-    level = logging.WARNING if report.total("dead_lettered") or report.total("uncertain") \
-        or report.total("send_failed") else logging.INFO
+    level = logging.WARNING if any(report.total(a) for a in (
+        "dead_lettered", "uncertain", "send_failed", "undeliverable")) else logging.INFO
     logger.log(level, "recovery pass: %s", report,
                extra={"action": "reap", "counts": report.as_dict()})
     return report

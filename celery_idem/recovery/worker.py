@@ -31,7 +31,9 @@ from django.utils import timezone
 
 from .. import claims
 from ..backends import Change, get_backend
+from ..claims import describe_error
 from ..conf import settings
+from ..errors import Expired
 from ..models import Job
 from ..producer import KEY_HEADER, build_intent
 from ..states import State
@@ -80,6 +82,17 @@ class IdempotentRequest(Request):
         super().on_timeout(soft, timeout)
         if not soft:
             self._hand_back(f"hard time limit ({timeout}s) exceeded")
+
+    def _announce_revoked(self, reason: Any, terminated: Any, signum: Any,
+                          expired: Any) -> None:
+        super()._announce_revoked(reason, terminated, signum, expired)
+        if expired:
+            try:
+                expire_job(self.task, self)
+            # The job stays PENDING; the recovery pass ends it EXPIRED by its expires_at.
+            except Exception:
+                logger.exception("could not mark the job of expired task %s[%s]",
+                                 self.name, self.id, extra={"action": "expire_failed"})
 
     def _hand_back(self, why: str) -> None:
         # A hard time limit reaches both on_failure and on_timeout: act once.
@@ -137,6 +150,24 @@ def hand_back_lost_attempt(task: Any, request: Request, why: str) -> bool:
                 task_id=request.id, reason=f"{why}; no claim was committed (an atomic body "
                                            "rolls back with its worker)"), now)
     return False
+
+
+def expire_job(task: Any, request: Request) -> bool:
+    """Celery dropped ``request``'s message as expired: its PENDING job ends EXPIRED."""
+    if getattr(task, "key_spec", None) is None:
+        return False  # not an idempotent task
+    alias = settings.DATABASE
+    with main_process_connection(alias):
+        job = _job_for(task, request)
+        if job is None or job.state != State.PENDING or job.task_id != request.id:
+            return False  # claimed or ended meanwhile, or another message is the job's
+        error = Expired(f"message {request.id} expired at {request.expires} before any "
+                        "worker claimed it")
+        return get_backend(alias).apply(Change(
+            job.id, "expired", State.PENDING, attempt=job.attempt, task_id=request.id,
+            reason=str(error), values={"error": describe_error(error),
+                                       "finished_at": timezone.now(),
+                                       "lease_expires_at": None}), timezone.now())
 
 
 def on_worker_shutdown(sender: Any = None, **_: Any) -> None:

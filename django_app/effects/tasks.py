@@ -264,4 +264,20 @@ def coordinator_tick(self, shard, folder, hold=0.2):
     return self.fencing_token
 
 
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="collect/{tag}")
+def collect(self, results, tag):
+    """A chord's callback: records the header's results once per tag."""
+    _effect(self, results=sorted(results), tag=tag)
+    return sorted(results)
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="retries/{n}", max_retries=2)
+def retries_twice(self, n, first_countdown=0):
+    """Retries until Celery's max_retries (2) is spent: at most 3 attempts, then fails.
+    The first retry waits ``first_countdown`` seconds (time to lose its message)."""
+    _effect(self, n=n, retries=self.request.retries)
+    countdown = first_countdown if self.request.retries == 0 else 0
+    raise self.retry(exc=RuntimeError(f"attempt {self.attempt}"), countdown=countdown)
+
+
 from .path_tasks import *  # noqa: E402,F403  (registered with the other test tasks)

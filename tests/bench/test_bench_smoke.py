@@ -134,3 +134,12 @@ def test_honest(bench_env, tmp_path):
                            str(tmp_path / "honest.json")], cwd=ROOT, env=bench_env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "rabbitmq" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_envelope_cost(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "envelope_cost.py", "--n", "10", "--rounds", "1")
+    results = data["results"]
+    assert results["envelope"]["statements_per_publish"] == 1
+    assert results["before (no envelope)"]["avg_message_bytes"] == 0
+    assert results["envelope + link/errback"]["avg_message_bytes"] > \
+        results["envelope"]["avg_message_bytes"] > 0

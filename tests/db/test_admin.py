@@ -66,11 +66,12 @@ class TestJobList:
         populate()
         summary = {i["value"]: i["count"] for i in viewer.get(LIST).context["cl"].state_summary()}
         assert summary == {"PENDING": 2, "RUNNING": 2, "SUCCEEDED": 6, "FAILED": 2,
-                           "UNCERTAIN": 1}
+                           "UNCERTAIN": 1, "EXPIRED": 0}
         response = viewer.get(LIST, {"task_name": "shop.tasks.charge_card"})
         items = response.context["cl"].state_summary()
         assert {i["value"]: i["count"] for i in items} == {
-            "PENDING": 0, "RUNNING": 1, "SUCCEEDED": 2, "FAILED": 1, "UNCERTAIN": 0}
+            "PENDING": 0, "RUNNING": 1, "SUCCEEDED": 2, "FAILED": 1, "UNCERTAIN": 0,
+            "EXPIRED": 0}
         failed = next(i for i in items if i["value"] == "FAILED")
         assert "state__exact=FAILED" in failed["url"] and "task_name=" in failed["url"]
         assert "4 jobs" in response.content.decode()

@@ -41,7 +41,7 @@ def sent(monkeypatch):
     """The jobs sent again (instead of publishing to the broker), in order."""
     jobs: list[Job] = []
 
-    def fake_redispatch(job, countdown=None, task_id=None):
+    def fake_redispatch(job, countdown=None, task_id=None, fresh=False):
         jobs.append(job)
         return task_id or f"task-{len(jobs)}"
 
@@ -161,7 +161,7 @@ class TestRetry:
         (Outside a test transaction, as in a request, the send runs at the commit, before
         the messages are written.)
         """
-        def broken(job, countdown=None, task_id=None):
+        def broken(job, countdown=None, task_id=None, fresh=False):
             raise ConnectionError("broker unreachable")
 
         monkeypatch.setattr(actions, "redispatch", broken)

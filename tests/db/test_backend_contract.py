@@ -206,3 +206,26 @@ def test_a_claim_handed_to_its_replacement_is_never_taken_over(store):
     assert store.state_of(job.id) == (State.SUCCEEDED, 1)
     assert [e for e, *_ in history(store, job.id)] == [
         "published", "claimed", "replaced", "succeeded"]
+
+
+def test_the_envelope_outbox_mark_and_expiry(store):
+    """The intent keeps its message, ETA, expiry and sent mark; ``sent`` marks an unsent
+    intent only while no claim took it; ``expired`` ends a PENDING job, and a claim then
+    records the duplicate line."""
+    now = timezone.now()
+    message = {"v": 1, "headers": {"id": "t-0"}, "body": [[1], {}, {}]}
+    kept = Intent("ns", "k", "tests.task", "fp", [1], {}, {}, message=message,
+                  not_before=now + timedelta(hours=1), expires_at=now + timedelta(hours=2),
+                  sent=False)
+    job = store.publish(kept, "t-0", now).row
+    assert job.not_before == now + timedelta(hours=1)
+    mark = Change(job.id, "sent", State.PENDING, attempt=0, values={"sent_at": now})
+    assert store.apply(mark, now)
+    assert not store.apply(Change(job.id, "sent", State.PENDING, attempt=1,
+                                  values={"sent_at": now}), now)
+    assert store.apply(Change(job.id, "expired", State.PENDING, attempt=0,
+                              values={"error": {"type": "Expired"}, "finished_at": now}), now)
+    lost = store.claim("claimed", kept, claimant(task_id="t-0", now=now))
+    assert not lost.won and lost.row.state is State.EXPIRED and lost.recorded
+    assert [line[0] for line in history(store, job.id)] == ["published", "expired",
+                                                            "duplicate"]

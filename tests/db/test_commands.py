@@ -27,7 +27,7 @@ def sent(monkeypatch):
     """Task ids sent by the commands (reaper and operator retry), instead of the broker."""
     ids: list[str] = []
 
-    def fake(job, countdown=None, task_id=None):
+    def fake(job, countdown=None, task_id=None, fresh=False):
         ids.append(task_id or f"op-{job.key}")
         return ids[-1]
 
@@ -70,7 +70,7 @@ class TestStatus:
         job_in("RUNNING", 3, lease=0)
         out = cmd("idem_status")
         row = next(line for line in out.splitlines() if line.startswith(ship_order.name))
-        assert row.split()[1:] == ["0", "1", "1", "1", "0"]
+        assert row.split()[1:] == ["0", "1", "1", "1", "0", "0"]
         assert "Oldest running claim: job" in out and "ship/3" in out
         assert "Stale claims (lease expired): 1" in out
 

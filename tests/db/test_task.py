@@ -284,16 +284,16 @@ class TestLeaseAndPersistence:
         ignore time limits (and eager mode) get the default lease."""
         from types import SimpleNamespace
 
-        from celery_idem import runner
+        from celery_idem import pools
 
         settings.CELERY_IDEM_LEASE_GRACE = 7
         settings.CELERY_IDEM_DEFAULT_LEASE = 99
-        monkeypatch.setattr(runner, "_pool_enforces_time_limits", False)
+        monkeypatch.setattr(pools, "_pool_enforces_time_limits", False)
         task = ship_order._get_current_object()
         task.push_request(timelimit=(30, None))
         try:
             assert task.lease_seconds() == 99  # not in a worker: nothing enforces it
-            runner.note_pool(sender=SimpleNamespace(pool_cls=pool))
+            pools.note_pool(sender=SimpleNamespace(pool_cls=pool))
             assert task.lease_seconds() == (37 if enforced else 99)
         finally:
             task.pop_request()

@@ -10,6 +10,7 @@ from celery_idem.errors import InvalidTransition
 from celery_idem.states import MOVES, TRANSITIONS, Guard, State, applies, check, move
 
 P, R, S, F, U = State.PENDING, State.RUNNING, State.SUCCEEDED, State.FAILED, State.UNCERTAIN
+X = State.EXPIRED
 
 #: The protocol's diagram, written out independently of celery_idem.states.
 PROTOCOL = {
@@ -18,6 +19,7 @@ PROTOCOL = {
     (R, R), (R, S), (R, F), (R, P), (R, U),
     (F, P),
     (U, P), (U, S),
+    (P, X), (X, P),
 }
 
 

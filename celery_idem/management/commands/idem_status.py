@@ -67,6 +67,7 @@ class Command(BaseCommand):
             "lost_messages": per_task(lost_messages(now)),
             "dead_lettered": per_task(Q(id__in=jobs.dead_lettered().values("id"))),
             "uncertain": per_task(Q(state=State.UNCERTAIN)),
+            "expired": per_task(Q(state=State.EXPIRED)),
         }
 
     def print_status(self, status: dict[str, Any], now: datetime) -> None:
@@ -94,6 +95,7 @@ class Command(BaseCommand):
             ("Dead-lettered", "dead_lettered", "idem_retry --reason dead-lettered"),
             ("Uncertain (an operator decides)", "uncertain",
              "resolve in the admin, or idem_retry --state UNCERTAIN"),
+            ("Expired (message expired unclaimed)", "expired", "idem_retry --state EXPIRED"),
         ]:
             per_task = status[name]
             total = sum(per_task.values())

@@ -1,0 +1,154 @@
+"""The envelope: the message a job was published with, kept on its row as JSON.
+
+``IdempotentTask.apply_async`` hands Celery a producer wrapped in ``Capture``; when
+Celery publishes, the wrapper sees the finished message (protocol 2 body with its
+embedded callbacks, errbacks, chain and chord; every header Celery set: ETA, expires,
+retries, time limits, group / root / parent ids, the user's headers; the routing and
+the AMQP properties) and passes it to the producer path, which writes it with the intent
+in the same statement. A re-send (``recovery.resend``) publishes that message again
+under a new task id, so it behaves as the original would: the ETA and the expiry hold,
+links and chords fire, the retry count continues.
+
+Values are stored as kombu's JSON encoder writes them (datetimes and the like become
+``{"__type__": ...}`` objects) and decoded by kombu on the way back: JSON only, never
+pickle. With ``CELERY_IDEM_STORE_ARGUMENTS = False`` the body (arguments, and the
+callbacks' arguments with it) and the argument reprs are dropped: such a message cannot
+be sent again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kombu.utils import json as kombu_json
+
+from .conf import settings
+
+#: Envelope format version, for rows written by later versions.
+VERSION = 1
+#: publish() keywords that are not AMQP properties of the message.
+_PUBLISH_KEYWORDS = frozenset({
+    "exchange", "routing_key", "serializer", "compression", "retry", "retry_policy",
+    "delivery_mode", "declare", "headers", "timeout", "confirm_timeout",
+})
+#: Headers that repeat the arguments (for monitoring): dropped with the arguments.
+_ARGUMENT_HEADERS = ("argsrepr", "kwargsrepr")
+
+Publish = Callable[[Any, Any, dict[str, Any]], Any]
+
+
+class Capture:
+    """A kombu producer whose ``publish`` goes through ``on_publish(real, body, kwargs)``
+    first; everything else is the real producer's."""
+
+    def __init__(self, real: Any, on_publish: Publish) -> None:
+        self._real = real
+        self._on_publish = on_publish
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def publish(self, body: Any, **kwargs: Any) -> Any:
+        return self._on_publish(self._real, body, kwargs)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON, in kombu's encoding (its decoder restores the types)."""
+    return json.loads(kombu_json.dumps(value))
+
+
+def _name(value: Any) -> Any:
+    return getattr(value, "name", value)
+
+
+def capture(body: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The envelope of one ``producer.publish(body, **kwargs)`` call, as JSON."""
+    headers = dict(kwargs.get("headers") or {})
+    properties = {}
+    for name, value in kwargs.items():
+        if name in _PUBLISH_KEYWORDS:
+            continue
+        try:
+            properties[name] = _plain(value)
+        except (TypeError, ValueError):
+            continue  # not part of what the broker carries in JSON; rebuilt on re-send
+    stored_body: Any = list(body) if isinstance(body, list | tuple) else body
+    if not settings.STORE_ARGUMENTS:
+        stored_body = None
+        for name in _ARGUMENT_HEADERS:
+            headers.pop(name, None)
+    return {
+        "v": VERSION,
+        "body": None if stored_body is None else _plain(stored_body),
+        "headers": _plain(headers),
+        "properties": properties,
+        "exchange": _name(kwargs.get("exchange")) or "",
+        "routing_key": kwargs.get("routing_key") or "",
+        "declare": [_name(q) for q in kwargs.get("declare") or () if _name(q)],
+        "delivery_mode": kwargs.get("delivery_mode"),
+        "serializer": kwargs.get("serializer"),
+        "compression": kwargs.get("compression"),
+    }
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        return datetime.fromisoformat(value)
+    return None
+
+
+def eta(envelope: dict[str, Any] | None) -> datetime | None:
+    """When the message is due (its ETA or countdown), if later than at once."""
+    return _when(decode(envelope or {}).get("headers", {}).get("eta"))
+
+
+def expires(envelope: dict[str, Any] | None) -> datetime | None:
+    """When the message expires, if it does."""
+    return _when(decode(envelope or {}).get("headers", {}).get("expires"))
+
+
+def decode(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The stored envelope with kombu's types restored."""
+    decoded: dict[str, Any] = kombu_json.loads(json.dumps(envelope))
+    return decoded
+
+
+class Undecodable(ValueError):
+    """The stored envelope cannot be turned back into a message."""
+
+
+def publish(app: Any, envelope: dict[str, Any], task_id: str, fresh: bool = False) -> None:
+    """Send the stored message again under ``task_id``: same body, headers, routing.
+    ``fresh`` (an operator's retry): without its expiry, and with Celery's retry count
+    back at 0, as the reset gives the job a fresh ``max_attempts`` budget."""
+    try:
+        message = decode(envelope)
+        body = message["body"]
+        headers = dict(message["headers"])
+        properties = dict(message.get("properties") or {})
+        if body is None:
+            raise Undecodable("the message's arguments were not stored")
+        body = tuple(body)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Undecodable(f"stored message cannot be decoded: {exc}") from exc
+    headers["id"] = task_id
+    properties["correlation_id"] = task_id
+    if fresh:
+        headers["expires"] = None
+        headers["retries"] = 0
+        properties.pop("expiration", None)
+    queues = app.amqp.queues
+    declare = [queues[name] for name in message.get("declare") or ()]
+    with app.producer_or_acquire() as producer:
+        producer.publish(
+            body, exchange=message.get("exchange") or "",
+            routing_key=message.get("routing_key") or "",
+            serializer=message.get("serializer") or app.conf.task_serializer,
+            compression=message.get("compression"),
+            delivery_mode=message.get("delivery_mode"), declare=declare, headers=headers,
+            retry=True, retry_policy=app.conf.task_publish_retry_policy, **properties)
