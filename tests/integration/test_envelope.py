@@ -21,8 +21,7 @@ from celery_idem.recovery import sweep as reaper
 from django_app.effects.models import Effect
 from django_app.effects.tasks import add, collect, notify, retries_twice, ship_order
 
-from .test_recovery import lose_queued_messages
-from .workers import Worker, wait_until
+from .workers import Worker, purge_queue, wait_until
 
 TIMEOUT = 90
 
@@ -56,7 +55,7 @@ def test_lost_link_chain_and_chord_header_fire_once_after_recovery(db):
     with_chord = urlparse(settings.CELERY_RESULT_BACKEND).scheme == "redis"
     if with_chord:  # chord counting in the result store (other stores poll by task id)
         chord([add.si(601, 0), add.si(602, 0)])(collect.s("c1"))
-    lose_queued_messages()
+    purge_queue()  # the broker loses the queued messages
     report = reaper.reap(now=past_dispatch_timeout())
     assert report.total("redispatched") == (4 if with_chord else 2)
     with Worker(concurrency=2):
@@ -126,7 +125,7 @@ def test_a_lost_retry_message_continues_the_retry_count(db):
         retries_twice.delay(901, first_countdown=15)
         wait_until(lambda: "retry_scheduled" in events("retries/901"), TIMEOUT,
                    what="the first retry")
-    lose_queued_messages()
+    purge_queue()  # the broker loses the queued messages
     job = Job.objects.get(key="retries/901")
     assert job.message["headers"]["retries"] == 1
     report = reaper.reap(now=job.not_before + timedelta(
@@ -144,7 +143,7 @@ def test_a_task_no_worker_knows_ends_undeliverable(db):
     """A job whose task was renamed away: sent a bounded number of times to a worker
     that does not know it, then FAILED as undeliverable, never sent again."""
     ship_order.delay(951)
-    lose_queued_messages()
+    purge_queue()  # the broker loses the queued messages
     job = Job.objects.get(key="ship/951")
     job.message["headers"]["task"] = "effects.renamed_away"
     Job.objects.filter(id=job.id).update(task_name="effects.renamed_away",

@@ -9,14 +9,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
-from kombu import Queue
 
 from celery_idem.conf import settings as idem_settings
 from celery_idem.models import Job, Transition
 from celery_idem.recovery import sweep as reaper
-from django_app.celery import app
 from django_app.effects.models import Effect
 from django_app.effects.tasks import ship_order, wait_for_file, wait_for_file_atomic
 
@@ -136,20 +133,13 @@ def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(flags, pool)
     assert names.index("redispatched") < names.index("claimed") < names.index("succeeded")
 
 
-def lose_queued_messages() -> None:
-    """The broker loses everything queued for this run: its queue is purged (and only
-    its queue: the broker server is shared, so nothing else of it is touched)."""
-    with app.connection_for_write() as conn:
-        Queue(settings.CELERY_TASK_DEFAULT_QUEUE).bind(conn.default_channel).purge()
-
-
 def test_messages_lost_by_the_broker_are_re_dispatched_and_run_once(broker_service,
                                                                      transactional_db):
     """Five jobs published, the broker loses them before any worker starts; the recovery
     pass re-dispatches every PENDING intent and each job finishes once."""
     for n in range(5):
         ship_order.delay(1000 + n)
-    lose_queued_messages()
+    purge_queue()  # the broker loses everything queued for this run
     report = reaper.reap(now=timezone.now() + timedelta(
         seconds=idem_settings.DISPATCH_TIMEOUT + 1))
     assert report.as_dict() == {"redispatched": {ship_order.name: 5}}
