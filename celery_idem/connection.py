@@ -35,7 +35,6 @@ import weakref
 from typing import Any
 
 from django.db import connections
-from django.db.backends.postgresql.psycopg_any import is_psycopg3
 from django.db.utils import load_backend
 
 from .conf import settings
@@ -165,6 +164,10 @@ def _new_wrapper(alias: str) -> Any:
     # Copy the live settings (a test run points them at its test database).
     settings_dict = copy.deepcopy(connections[alias].settings_dict)
     options = settings_dict.setdefault("OPTIONS", {})
+    # Imported here: only a PostgreSQL project has a driver to import (SQLite ones have no
+    # bookkeeping connection and need no psycopg).
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
     if is_psycopg3:
         # Django passes prepare_threshold=None to psycopg unless told otherwise, which
         # prepares nothing; 0 prepares each statement on its first use.
