@@ -10,9 +10,10 @@ under a new task id, so it behaves as the original would: the ETA and the expiry
 links and chords fire, the retry count continues.
 
 Values are stored as kombu's JSON encoder writes them (datetimes and the like become
-``{"__type__": ...}`` objects) and decoded by kombu on the way back: JSON only. With ``CELERY_IDEM_STORE_ARGUMENTS = False`` the body (arguments, and the
-callbacks' arguments with it) and the argument reprs are dropped: such a message cannot
-be sent again.
+``{"__type__": ...}`` objects) and decoded by kombu on the way back: JSON only.
+With ``CELERY_IDEM_STORE_ARGUMENTS = False`` the body (arguments, and the callbacks'
+arguments with it) and the argument reprs are dropped: such a message cannot be sent
+again.
 """
 
 from __future__ import annotations
