@@ -71,5 +71,12 @@ def test_interrupted_queries_never_reach_the_next_task(broker_service, transacti
             sleep_hard.delay(5).get(timeout=TIMEOUT)
         after_hard = _where()
         assert after_hard["child"] != after_raise["child"]
-        # And the new session is kept again.
-        assert _where()["backend"] == after_hard["backend"]
+        # And the new child keeps its session again: two tasks in a row on it share one.
+        # (billiard may replace a child once more right after a hard kill, so a pair that
+        # straddles a replacement is skipped, within a bounded number of tries.)
+        for _ in range(5):
+            first, second = _where(), _where()
+            if first["child"] == second["child"]:
+                break
+        assert first["child"] == second["child"], (first, second)
+        assert second["backend"] == first["backend"], (first, second)
