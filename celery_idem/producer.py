@@ -200,8 +200,7 @@ def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
             return None
         return real.publish(body, **kw)
 
-    with task.app.producer_or_acquire(producer) as real:
-        result = publish({**final, "producer": envelope.Capture(real, on_publish)})
+    result = _publish_captured(task, producer, publish, final, on_publish)
     if not written:  # Celery published nothing (a custom route or class): the bare intent
         write_intent(job, task_id)
     return result
@@ -216,6 +215,13 @@ def _resend(task: Any, parent: Any, producer: Any, publish: Callable[[dict[str, 
         parent.request._idem_sent_message = envelope.capture(body, kw)
         return real.publish(body, **kw)
 
+    return _publish_captured(task, producer, publish, final, on_publish)
+
+
+def _publish_captured(task: Any, producer: Any, publish: Callable[[dict[str, Any]], Any],
+                      final: dict[str, Any], on_publish: envelope.Publish) -> Any:
+    """Publish through Celery with a producer whose ``publish`` goes through
+    ``on_publish`` first (``envelope.Capture``): it sees the finished message."""
     with task.app.producer_or_acquire(producer) as real:
         return publish({**final, "producer": envelope.Capture(real, on_publish)})
 

@@ -44,6 +44,7 @@ WAITS_HEADER = "celery_idem_waits"
 
 Body = Callable[..., Any]
 
+
 class Run:
     """One message of ``task`` on a worker: its intent, its claim, its outcome."""
 
@@ -51,13 +52,13 @@ class Run:
                  body: Body) -> None:
         self.task, self.args, self.kwargs, self.body = task, args, kwargs, body
         self.request = task.request
+        key = header(self.request, KEY_HEADER)
         self.intent: Intent = build_intent(task.key_spec(), task.namespace, task.name, args,
-                                           kwargs, header(self.request, KEY_HEADER))
+                                           kwargs, key)
         self.request.idempotency_key = self.intent.key
         #: Sent by the library's producer, which wrote the intent first (see missing_intent);
         #: an eager ``apply`` runs here and now, with no transaction to wait for.
-        self.published = (header(self.request, KEY_HEADER) is not None
-                           and not self.request.is_eager)
+        self.published = key is not None and not self.request.is_eager
         self.worker = claims.worker_id(self.request.hostname, os.getpid())
         self.lease = task.lease_seconds()
 
