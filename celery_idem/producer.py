@@ -172,6 +172,8 @@ def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
     if key is None and KEY_HEADER in headers:
         # A re-send that already carries its key: a retry, a wait, a re-dispatch. A
         # retry's message is what a later re-send must send (the retry count goes on).
+        # A key a caller put in the headers by hand is checked like any other.
+        validate_key(headers[KEY_HEADER])
         return _resend(task, parent, producer, publish, {**options, "headers": headers})
     spec: KeySpec = task.key_spec()
     if key is None and spec.per_call and parent is not None:
