@@ -112,7 +112,7 @@ class Run:
     def atomic(self) -> Any:
         using = atomic_alias(self.task)
         try:
-            with transaction.atomic(using=using):
+            with claims.job_transaction(using):
                 outcome, claim = self.acquire()
                 if claim is not None:
                     if self.exhausted(claim):

@@ -1,11 +1,23 @@
 """A 1 MB argument and a 1 MB result end to end with a real worker (docs/reliability.md,
-"Bad inputs"): celery-idem sets no size limit of its own; the broker's limit applies."""
+"Bad inputs"): celery-idem sets no size limit of its own; the broker's limit applies, and
+a message over it ends undeliverable, never run and never lost silently."""
 
 from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import redis
 
 from celery_idem.models import Job
 from django_app.effects.models import Effect
 from django_app.effects.tasks import add
+
+from .workers import ROOT, wait_until, worker_env
 
 TIMEOUT = 120
 #: 1 MiB of text, not all ASCII (a JSON round trip that escaped it would change its size).
@@ -23,3 +35,48 @@ def test_a_one_megabyte_argument_and_result_run_once_and_replay(worker):
     assert (job.state, job.attempt, job.result) == ("SUCCEEDED", 1, MEGABYTE + "!")
     assert job.args == [MEGABYTE, "!"]
     assert job.message["body"][0] == [MEGABYTE, "!"]
+
+
+@pytest.fixture
+def small_redis(tmp_path) -> Iterator[str]:
+    """A Redis server of this test's own that refuses any value over 1 MiB (the smallest
+    proto-max-bulk-len it allows), on a free port; stopped after."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--proto-max-bulk-len", "1mb", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        client = redis.Redis(port=port)
+        wait_until(lambda: _pings(client), 30, what="the test's own Redis")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def test_a_message_over_the_brokers_limit_ends_undeliverable(small_redis, transactional_db):
+    """2 MB of arguments to a broker that takes 1 MiB: apply_async raises the broker's
+    error; the intent written before the publish stays PENDING; recovery tries to send
+    it, fails, and after CELERY_IDEM_MAX_REDISPATCHES ends it FAILED as Undeliverable.
+    The body never runs."""
+    env = worker_env(IDEM_BROKER=f"{small_redis}/0", IDEM_RESULTS=f"{small_redis}/1")
+    done = subprocess.run([sys.executable, "-m", "tests.integration.oversized_publish",
+                           str(2_000_000)], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=True)
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["raised"], "the oversized publish did not fail"
+    assert [r.get("send_failed") for r in outcome["reports"][:2]] == [{add.name: 1}] * 2
+    job = Job.objects.get()
+    assert (job.state, job.error["type"], job.dispatch_count) == ("FAILED", "Undeliverable", 2)
+    assert "never claimed" in job.error["message"]
+    assert not Effect.objects.exists()
