@@ -44,7 +44,9 @@ def _as_maintenance(*statements: tuple[str, list[str]]) -> None:
 
 @contextmanager
 def database_gone(application_name: str) -> Iterator[None]:
-    """The worker cannot reach the job database inside the block."""
+    """The worker cannot reach the job database inside the block (this process keeps
+    its open session, so it opens it first: it publishes while the database is gone)."""
+    connection.ensure_connection()
     name = connection.ops.quote_name(str(connection.settings_dict["NAME"]))
     _as_maintenance(
         (f"ALTER DATABASE {name} ALLOW_CONNECTIONS false", []),
