@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from celery_idem import actions
@@ -106,3 +107,20 @@ def test_failed_with_no_error_replays_a_failure_and_an_operator_retry_runs_it(ba
     assert actions.retry(job, actor="op", dispatch=False).done
     assert deliver(6).get() == {"shipped": 6, "attempt": 2}
     assert runs(6) == 1
+
+
+def test_the_admin_shows_every_edited_row(backend, admin_client):
+    """The list and each job's page render the edited rows as they are."""
+    jobs = [
+        edited(11, state="SUCCEEDED", attempt=0, result={"shipped": 11}),
+        edited(12, finished_at=LONG_AGO),
+        edited(13, state="RUNNING", attempt=0, worker="gone@host:1", lease_expires_at=LONG_AGO),
+        edited(14, state="RUNNING", attempt=1, worker="gone@host:1", lease_expires_at=None),
+        edited(15, state="FAILED", attempt=1, error=None, finished_at=LONG_AGO),
+    ]
+    listing = admin_client.get(reverse("admin:celery_idem_job_changelist"))
+    assert listing.status_code == 200
+    assert all(job.key in listing.content.decode() for job in jobs)
+    for job in jobs:
+        page = admin_client.get(reverse("admin:celery_idem_job_change", args=[job.pk]))
+        assert page.status_code == 200, job.key
