@@ -44,6 +44,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, help="random seed (orders, kill moments)")
     parser.add_argument("--timeout", type=float, default=600,
                         help="give up after this many seconds (600)")
+    parser.add_argument("--json", help="also write the summary to this file, as JSON")
     return parser.parse_args(argv)
 
 

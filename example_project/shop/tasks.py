@@ -13,7 +13,7 @@ from django.db.models import F
 from celery_idem import IdempotentTask, LeaderTask
 from django_app.fakes.client import create_charge
 
-from .models import Order, OcrRun, Product, SearchEntry, Shipment, StockDeduction, TenantReport
+from .models import OcrRun, Order, Product, SearchEntry, Shipment, StockDeduction, TenantReport
 
 
 def _slow_service() -> None:

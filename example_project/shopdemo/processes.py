@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,17 +74,22 @@ class Fleet:
         self.kills.append(Kill(node, time.time()))
         process.wait()
 
-    def stop(self) -> float:
-        """Warm shutdown of everything (SIGTERM: running bodies finish); returns seconds."""
+    def stop(self, report: Callable[[str], None] = lambda line: None) -> float:
+        """Warm shutdown of everything (SIGTERM: running bodies finish), reporting how many
+        processes are still stopping; returns the seconds it took."""
         started = time.monotonic()
         processes = [p for p in [*self.workers.values(), self.beat] if p and p.poll() is None]
         for p in processes:
             p.send_signal(signal.SIGTERM)
         deadline = started + 30
-        for p in processes:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        while any(p.poll() is None for p in processes):
+            waiting = sum(p.poll() is None for p in processes)
+            report(f"warm shutdown: {len(processes) - waiting} of {len(processes)} processes "
+                   f"stopped ({time.monotonic() - started:.1f} s)")
+            if time.monotonic() > deadline:
+                for p in processes:
+                    if p.poll() is None:
+                        os.killpg(p.pid, signal.SIGKILL)
+                        p.wait()
+            time.sleep(0.1)
         return time.monotonic() - started

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -69,9 +70,9 @@ def main(args: Any) -> int:
 
 def drive(args: Any, var: Path, provider: Any, password: str) -> int:
     from django.conf import settings
+    from rich import box
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.progress import TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from celery_idem.models import Job
@@ -115,13 +116,14 @@ def drive(args: Any, var: Path, provider: Any, password: str) -> int:
                 time.sleep(0.2)
         elapsed = time.monotonic() - started
     finally:
-        with console.status(f"stopping {len(fleet.alive())} workers and beat "
-                            "(warm shutdown) ..."):
-            stopped = fleet.stop()
-    console.print(f"stopped in {stopped:.1f} s")
+        with console.status("stopping workers and beat ...") as status:
+            stopped = fleet.stop(lambda line: status.update(line))
+    console.print(f"workers and beat stopped (warm shutdown) in {stopped:.1f} s")
     summary, details = summarize(work, fleet.kills, var / "events",
                                  provider.provider.charges, elapsed)
-    table = Table(title="summary", show_header=False)
+    table = Table(title="summary", show_header=False, box=box.SIMPLE)
+    for _ in range(3):
+        table.add_column(no_wrap=True)
     for line in summary.lines:
         mark = "" if line.ok is None else ("[green]ok[/]" if line.ok else "[red]FAILED[/]")
         table.add_row(line.name, line.value, mark)
@@ -130,6 +132,10 @@ def drive(args: Any, var: Path, provider: Any, password: str) -> int:
         console.print(f"  [red]{detail}[/]")
     console.print("[bold green]every check passed[/]" if summary.passed
                   else "[bold red]SOME CHECKS FAILED[/]")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {line.name: {"value": line.value, "ok": line.ok} for line in summary.lines},
+            indent=1))
     next_steps(console, args, password)
     return 0 if summary.passed else 1
 
@@ -139,7 +145,9 @@ def next_steps(console: Any, args: Any, password: str) -> None:
     env += "" if args.var is None else f"SHOP_VAR={args.var} "
     manage = f"{env}.venv/bin/python example_project/manage.py"
     console.print(f"""
-What next (from the repository's root):
-  {manage} idem_status          jobs per task and state, what needs attention
-  {manage} runserver            then open http://127.0.0.1:8000/admin/
-      user [bold]admin[/], password [bold]{password}[/] (generated for this run, shown once)""")
+What next, from the repository's root:
+  jobs per task and state, and what needs attention:
+    {manage} idem_status
+  the admin on the demo's data (http://127.0.0.1:8000/admin/):
+    {manage} runserver
+    user [bold]admin[/], password [bold]{password}[/] (generated for this run, shown once)""")
