@@ -88,7 +88,7 @@ def drive(args: Any, var: Path, provider: Any, password: str) -> int:
     db = "SQLite (WAL)" if args.database == "sqlite" else "PostgreSQL"
     console.print(f"[bold]celery-idem demo[/]: {args.orders} orders on {db} + "
                   f"{args.broker.split('://')[0]}, {args.workers} workers (prefork -c 2) and "
-                  f"beat, {args.kills} whole-worker kills. Logs: {var / 'logs'}")
+                  f"beat, {args.kills} whole-worker kills. Logs: {os.path.relpath(var / 'logs')}")
     fleet.start_beat()
     for _ in range(args.workers):
         fleet.start_worker()
