@@ -11,9 +11,9 @@ from django.db import transaction
 from django.db.models import F
 
 from celery_idem import IdempotentTask, LeaderTask
-from django_app.fakes.client import create_charge
 
 from .models import OcrRun, Order, Product, SearchEntry, Shipment, StockDeduction, TenantReport
+from .payments import create_charge
 
 
 def _slow_service() -> None:

@@ -36,8 +36,9 @@ class Summary:
 def repeats_without_crash(records: list[tuple[str, int, str, datetime]],
                           final_attempt: dict[str, int], kills: list[Kill]) -> list[str]:
     """Records (key, attempt, worker node, time) of a non-idempotent effect: every record
-    beyond the one of the attempt that succeeded must come from an attempt whose worker
-    was SIGKILLed after the effect and before the next attempt's. Returns the others."""
+    beyond the one of the attempt that counts (``final_attempt``: the one that succeeded,
+    or stored the step) must come from an attempt whose worker was SIGKILLed after the
+    effect and before the next record. Returns what breaks that."""
     by_key: dict[str, list[tuple[int, str, datetime]]] = defaultdict(list)
     for key, attempt, node, at in records:
         by_key[key].append((attempt, node, at))
@@ -122,10 +123,14 @@ def summarize(work: Workload, kills: list[Kill], events: Path, charges: list[dic
     s.add("shipments (upserts run)", f"{len(shipments)} ({writes})",
           {x.order_id for x in shipments} == committed)
 
-    steps = Counter(Checkpoint.objects.filter(job__key__startswith="index/")
-                    .values_list("step", flat=True))
+    checkpoints = Checkpoint.objects.filter(job__key__startswith="index/")
+    steps = Counter(c.step for c in checkpoints)
     ocr = [(f"index/{r.order_id}", r.attempt, r.worker, r.at) for r in m.OcrRun.objects.all()]
-    bad = repeats_without_crash(ocr, final, kills)
+    # The OCR run that counts is the one whose value was stored (its checkpoint's
+    # attempt): a later attempt of the job got that value back without running OCR.
+    stored = {c.job.key: c.attempt for c in checkpoints.select_related("job")
+              if c.step == "ocr"}
+    bad = repeats_without_crash(ocr, stored, kills)
     s.add("steps stored (ocr / index)", f"{steps['ocr']} / {steps['index']}",
           steps["ocr"] == steps["index"] == len(committed))
     s.add("OCR runs, repeats matched to kills", len(ocr),

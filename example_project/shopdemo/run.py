@@ -142,6 +142,8 @@ def drive(args: Any, var: Path, provider: Any, password: str) -> int:
 
 def next_steps(console: Any, args: Any, password: str) -> None:
     env = "" if args.database == "sqlite" else f"SHOP_DATABASE={args.database} "
+    env += "" if args.broker == "filesystem://" else f"SHOP_BROKER={args.broker} "
+    env += "" if args.queue == "shop" else f"SHOP_QUEUE={args.queue} "
     env += "" if args.var is None else f"SHOP_VAR={args.var} "
     manage = f"{env}.venv/bin/python example_project/manage.py"
     console.print(f"""
