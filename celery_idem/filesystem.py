@@ -56,5 +56,21 @@ class Channel(filesystem.Channel):
             raise ChannelError(f"Cannot add file {path!r} to directory") from exc
 
 
+#: Longest wait for a message before returning to Celery's loop (see drain_events).
+DRAIN_TIMEOUT = 0.25
+
+
 class Transport(filesystem.Transport):
     Channel = Channel
+
+    # kombu's base class declares ``**kwargs``; the virtual transport takes ``timeout``.
+    def drain_events(self, connection: Any, timeout: float | None = None  # type: ignore[override]
+                     ) -> Any:
+        # This transport has no event loop integration, so the worker runs Celery's
+        # blocking loop, which asks for messages with a 2 s timeout and notices a
+        # shutdown request only between two asks: a SIGTERM took 2 s longer than needed
+        # (measured 4.7-4.9 s to stop an idle prefork worker, 1.7-2.9 s with this).
+        # Shorter asks change nothing else: the loop simply asks again.
+        if timeout:
+            timeout = min(timeout, max(DRAIN_TIMEOUT, self.polling_interval or 0))
+        return super().drain_events(connection, timeout=timeout)

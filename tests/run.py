@@ -1,7 +1,8 @@
 """Run the whole test suite, tier by tier: ``python3 tests/run.py``.
 
 On a fresh machine it first makes ``.venv`` and installs the project with its test
-extras. First the static checks (ruff, mypy on the library, ``makemigrations --check``),
+extras. First the static checks (ruff, mypy on the library, ``makemigrations --check``
+for the test project and the demo's shop),
 each counted as one test; then the tiers (pytest runs, each with its own database,
 broker and queue):
 
@@ -56,6 +57,9 @@ CHECKS = [
     ("mypy", ["-m", "mypy"]),
     ("migrations", ["-m", "django", "makemigrations", "--check", "--dry-run",
                     "--settings=django_app.settings"]),
+    # The demo's shop (example_project/) is a project of its own, with its own settings.
+    ("shop migrations", ["-m", "django", "makemigrations", "--check", "--dry-run",
+                         "--pythonpath=example_project", "--settings=shop.settings"]),
 ]
 
 
@@ -86,7 +90,8 @@ def _checks(workdir: Path) -> tuple[int, int]:
     passed = failed = 0
     for name, args in CHECKS:
         print(f"\n=== check {name} ===", flush=True)
-        env = {**os.environ, "IDEM_VAR_DIR": str(workdir / "checks")}
+        env = {**os.environ, "IDEM_VAR_DIR": str(workdir / "checks"),
+               "SHOP_VAR": str(workdir / "checks-shop")}
         if subprocess.call([sys.executable, *args], cwd=ROOT, env=env) == 0:
             passed += 1
         else:

@@ -1,4 +1,4 @@
-"""A tiny shop whose payment task must charge each order exactly once."""
+"""A small shop built on celery-idem (example_project/demo.py runs it under fire)."""
 
 from .celery import app as celery_app
 

@@ -58,3 +58,28 @@ def test_the_switch_ends_with_the_block():
     with use_backend(store):
         assert get_backend("default") is store
     assert not _override
+
+
+def test_delay_in_eager_mode_runs_once_per_key():
+    """CELERY_TASK_ALWAYS_EAGER (the README's "Testing your tasks"): delay() runs the
+    body in the caller, once per key; a duplicate replays the stored result."""
+    from celery import current_app
+
+    current_app.conf.task_always_eager = True
+    try:
+        with use_backend(InMemoryBackend()) as store:
+            first = remember.delay(8).get()
+            second = remember.delay(8).get()
+    finally:
+        current_app.conf.task_always_eager = False
+    assert first == second == {"n": 8, "attempt": 1}
+    assert calls == [(8, 1)]
+    assert store.job("mem/8").state == "SUCCEEDED"
+
+
+def test_calling_the_function_directly_bypasses_idempotency():
+    """A direct call is a plain function call: no claim, no job, the body runs each time."""
+    with use_backend(InMemoryBackend()) as store:
+        assert remember(9) == remember(9) == {"n": 9, "attempt": None}
+        assert store.jobs == {}
+    assert calls == [(9, None), (9, None)]

@@ -1,0 +1,1 @@
+"""The machinery of ``example_project/demo.py``: processes, workload, checks, report."""
