@@ -74,19 +74,34 @@ def _sets(columns: tuple[str, ...], source: str = "%(v_{c})s") -> str:
                    for c in columns)
 
 
-def _record(move: Move, history_values: str) -> str:
+#: The history values of a line a worker writes (no actor).
+_WORKER_LINE = "%(worker)s, %(task_id)s, %(reason)s, ''"
+
+
+def _record(move: Move, history_values: str, source: str = "moved") -> str:
     if not move.recorded:
         return ""
-    return "\n" + QUERIES["move_record"].replace("{history_values}", history_values)
+    return "\n" + (QUERIES["move_record"].replace("{history_values}", history_values)
+                   .replace("{source}", source))
+
+
+@cache
+def insert_sql(event: str) -> str:
+    return QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
+                                                         "ins"))
 
 
 @cache
 def claim_sql(event: str) -> str:
     """The claim statement of move ``event`` (cached: the same text is prepared once)."""
-    duplicate = states.move(DUPLICATE)
-    sql = QUERIES["claim"].replace("{guard}", _guard(states.move(event).guard))
-    return sql.replace("{duplicate_guard}", _guard(duplicate.guard) if duplicate.recorded
-                       else "false")
+    m, duplicate = states.move(event), states.move(DUPLICATE)
+    sql = (QUERIES["claim"].replace("{guard}", _guard(m.guard))
+           .replace("{record}", _record(m, _WORKER_LINE, "claimed")))
+    if not duplicate.recorded:
+        return sql.replace("{duplicate}", "").replace("{duplicate_recorded}", "false")
+    return (sql.replace("{duplicate}", "\n" + QUERIES["claim_duplicate"])
+            .replace("{duplicate_guard}", _guard(duplicate.guard))
+            .replace("{duplicate_recorded}", "EXISTS (SELECT 1 FROM dup)"))
 
 
 @cache
@@ -174,14 +189,14 @@ class PostgreSQLBackend(Backend):
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         assert move.target is not None
-        return _outcome(self._fetch(QUERIES["insert"], {
+        return _outcome(self._fetch(insert_sql(move.event), {
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
             "fingerprint": intent.fingerprint, "args": _json(intent.args),
             "kwargs": _json(intent.kwargs), "options": _json(intent.options),
             "message": _json(intent.message), "not_before": intent.not_before,
             "expires_at": intent.expires_at, "sent_at": now if intent.sent else None,
             "to_state": move.target.value, "event": move.event, "task_id": task_id,
-            "now": now, "reason": reason,
+            "now": now, "reason": reason, "from_state": None,
             "attempt": 0 if claimant is None else 1,
             "worker": "" if claimant is None else claimant.worker, "parent": intent.parent_id,
             "lease": None if claimant is None else claimant.lease_expires_at,
