@@ -21,6 +21,7 @@ from django.db import connections, transaction
 from django.db.models import Q
 
 from .. import states
+from ..conf import settings as idem_settings
 from ..connection import bookkeeping_connection
 from ..models import Checkpoint, Job, Transition
 from ..states import Guard, Move, State, StepWrite
@@ -86,9 +87,13 @@ def _record(move: Move, history_values: str, source: str = "moved") -> str:
 
 
 @cache
-def insert_sql(event: str) -> str:
-    return QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
-                                                         "ins"))
+def insert_sql(event: str, durable: bool = False) -> str:
+    """The insert of move ``event``; ``durable``: its commit waits for the WAL flush even
+    on a connection whose commits do not (``insert_durable`` in postgresql.sql)."""
+    sql = QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
+                                                        "ins"))
+    return (sql.replace("{durable}", "\n" + QUERIES["insert_durable"] if durable else "")
+            .replace("{durable_join}", ", durable" if durable else ""))
 
 
 @cache
@@ -189,7 +194,11 @@ class PostgreSQLBackend(Backend):
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         assert move.target is not None
-        return _outcome(self._fetch(insert_sql(move.event), {
+        # The intent on the bookkeeping connection (commits not flushed) is made durable:
+        # a claim or commit lost in a crash repeats or recovers, a lost intent would not.
+        durable = (claimant is None and self.dedicated
+                   and not idem_settings.SYNCHRONOUS_COMMIT)
+        return _outcome(self._fetch(insert_sql(move.event, durable), {
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
             "fingerprint": intent.fingerprint, "args": _json(intent.args),
             "kwargs": _json(intent.kwargs), "options": _json(intent.options),

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import pytest
 from celery import shared_task
-from django.db import connection
+from contextlib import ExitStack, nullcontext
+
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from celery_idem import IdempotentTask
+from celery_idem.backends.generic import GenericBackend
+from celery_idem.connection import bookkeeping_connection, release_bookkeeping
+from celery_idem.testing import use_backend
 from celery_idem.producer import KEY_HEADER as HEADER
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,12 +41,25 @@ def atomic_echo(self, n):
     return n
 
 
-def count(fn):
-    with CaptureQueriesContext(connection) as captured:
+def statements(fn):
+    """The statements ``fn`` runs, on Django's connection and on the bookkeeping one
+    (PostgreSQL), by connection: {"django": [...], "bookkeeping": [...]}."""
+    wrappers = {"django": connection}
+    if connection.vendor == "postgresql":
+        # The one this thread gets: released after each use, taken again from the idle.
+        wrappers["bookkeeping"] = bookkeeping_connection(connection.alias)
+        release_bookkeeping()
+    with ExitStack() as stack:
+        captured = {name: stack.enter_context(CaptureQueriesContext(wrapper))
+                    for name, wrapper in wrappers.items()}
         fn()
-    statements = [q["sql"] for q in captured.captured_queries
-                  if not q["sql"].lstrip().upper().startswith(CONTROL)]
-    return len(statements)
+    return {name: [q["sql"] for q in c.captured_queries
+                   if not q["sql"].lstrip().upper().startswith(CONTROL)]
+            for name, c in captured.items()}
+
+
+def count(fn):
+    return sum(len(sqls) for sqls in statements(fn).values())
 
 
 @pytest.mark.parametrize("task", [echo, atomic_echo], ids=["default", "atomic"])
@@ -53,3 +71,21 @@ def test_statements_per_path(backend, backend_kind, task):
     assert count(lambda: task.apply(args=(1,), headers={HEADER: key}).get()) == fresh
     assert count(lambda: task.apply(args=(1,), headers={HEADER: key}).get()) == replay
 
+
+
+def test_the_intent_rides_the_callers_transaction_or_the_bookkeeping_connection(
+        backend_kind):
+    """Outside a transaction the intent is one statement on the bookkeeping connection
+    (PostgreSQL: prepared, its commit durable); inside ``atomic()`` it is written in the
+    caller's transaction, on Django's connection (the outbox)."""
+    # The library's own choice of backend (the ``backend`` fixture would pin one).
+    with use_backend(GenericBackend("default")) if backend_kind == "generic" else nullcontext():
+        outside = statements(lambda: echo.apply_async(args=(2,)))
+        with transaction.atomic():
+            inside = statements(lambda: echo.apply_async(args=(3,)))
+    if backend_kind == "native":
+        assert (len(outside["django"]), len(outside["bookkeeping"])) == (0, 1)
+        assert "set_config('synchronous_commit', 'on', true)" in outside["bookkeeping"][0]
+        assert (len(inside["django"]), len(inside["bookkeeping"])) == (1, 0)
+    else:
+        assert len(outside["django"]) == len(inside["django"]) == 1
