@@ -13,9 +13,10 @@ cursor), and hands the connection back at once; that one commit does wait for th
 (``insert_durable`` in backends/postgresql.sql): its message is about to leave, and an
 intent a crash lost would have that message refused rather than run.
 
-For claims and commits the unflushed commit changes no guarantee: outside ``atomic=True`` a crash between the effect
-and the commit may already repeat the effect once, and a PostgreSQL crash that loses the
-last fraction of a second of bookkeeping is such a crash (recovery re-runs the job). The
+For claims and commits the unflushed commit changes no guarantee: outside
+``atomic=True`` a crash between the effect and the commit may already repeat the effect
+once, and a PostgreSQL crash that loses the last fraction of a second of bookkeeping is
+such a crash (recovery re-runs the job). The
 writes are visible to every other session at once, as usual. ``atomic=True`` tasks and
 anything inside your own transactions use Django's connection and its durability.
 

@@ -25,6 +25,7 @@ from ..conf import settings as idem_settings
 from ..connection import bookkeeping_connection
 from ..models import Checkpoint, Job, Transition
 from ..states import Guard, Move, State, StepWrite
+from . import prepared
 from .base import Backend
 from .values import (
     DUPLICATE,
@@ -187,17 +188,16 @@ class PostgreSQLBackend(Backend):
         return (State(rows[0][0]), int(rows[0][1])) if rows else None
 
     def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with self._connection().cursor() as cursor:
+        # Prepared on either connection (on Django's: backends.prepared).
+        with prepared.cursor(self._connection()) as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         assert move.target is not None
-        # The intent on the bookkeeping connection (commits not flushed) is made durable:
-        # a claim or commit lost in a crash repeats or recovers, a lost intent would not.
-        durable = (claimant is None and self.dedicated
-                   and not idem_settings.SYNCHRONOUS_COMMIT)
+        # An intent on the bookkeeping connection is durable all the same (insert_durable).
+        durable = claimant is None and self.dedicated and not idem_settings.SYNCHRONOUS_COMMIT
         return _outcome(self._fetch(insert_sql(move.event, durable), {
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
             "fingerprint": intent.fingerprint, "args": _json(intent.args),

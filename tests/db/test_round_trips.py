@@ -7,18 +7,18 @@ so a regression shows.
 
 from __future__ import annotations
 
-import pytest
-from celery import shared_task
 from contextlib import ExitStack, nullcontext
 
+import pytest
+from celery import shared_task
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from celery_idem import IdempotentTask
 from celery_idem.backends.generic import GenericBackend
 from celery_idem.connection import bookkeeping_connection, release_bookkeeping
-from celery_idem.testing import use_backend
 from celery_idem.producer import KEY_HEADER as HEADER
+from celery_idem.testing import use_backend
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -89,3 +89,22 @@ def test_the_intent_rides_the_callers_transaction_or_the_bookkeeping_connection(
         assert (len(inside["django"]), len(inside["bookkeeping"])) == (1, 0)
     else:
         assert len(outside["django"]) == len(inside["django"]) == 1
+
+
+def test_atomic_statements_are_prepared_and_the_projects_own_queries_are_not(backend_kind):
+    """Django leaves psycopg's prepare_threshold at None (nothing prepared): the library's
+    statements on Django's connection are prepared on their second use in the session;
+    the project's own queries, on Django's client-binding cursors, never are."""
+    if backend_kind != "native" or connection.vendor != "postgresql":
+        pytest.skip("prepared statements are the PostgreSQL backend's")
+    for n in (10, 11, 12):
+        assert atomic_echo.apply(args=(n,)).get() == n
+    with connection.cursor() as cursor:
+        for _ in range(3):
+            cursor.execute("SELECT count(*) FROM celery_idem_job WHERE attempt >= %s", [0])
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("UPDATE celery_idem_job" in text and "attempt + 1" in text
+               for text in prepared), prepared  # the claim
+    assert any("finished_at" in text for text in prepared), prepared  # the commit
+    assert not any("count(*)" in text for text in prepared)
