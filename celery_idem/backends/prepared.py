@@ -14,8 +14,10 @@ prepares a statement on its second use in a session. The first use costs no extr
 trip, so a connection closed after every task (Celery's fixup as shipped) pays nothing;
 a kept one (``CELERY_IDEM_WORKER_CONNECTIONS = "keep"``) plans each statement once. The
 project's own queries are unaffected: they go through Django's client-binding cursors,
-which never prepare. A project that turned ``server_side_binding`` on has chosen its own
-threshold, and our statements follow it through Django's plain cursor.
+which never prepare. A project that turned ``server_side_binding`` on, or set
+``prepare_threshold`` in its ``OPTIONS`` (``None``: prepare nothing, as a PgBouncer in
+transaction mode before 1.21 needs), has chosen, and our statements follow its choice
+through Django's plain cursor.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ def cursor(connection: Any) -> Any:
     """A Django cursor on ``connection`` (a DatabaseWrapper) for the library's statements."""
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
+    options = connection.settings_dict["OPTIONS"]
     if (connection.vendor != "postgresql" or not is_psycopg3
-            or connection.settings_dict["OPTIONS"].get("server_side_binding") is True):
+            or options.get("server_side_binding") is True or "prepare_threshold" in options):
         return connection.cursor()
     from django.db.backends.postgresql import base
     from psycopg.pq import Format

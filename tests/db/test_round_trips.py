@@ -108,3 +108,19 @@ def test_atomic_statements_are_prepared_and_the_projects_own_queries_are_not(bac
                for text in prepared), prepared  # the claim
     assert any("finished_at" in text for text in prepared), prepared  # the commit
     assert not any("count(*)" in text for text in prepared)
+
+
+def test_a_project_that_sets_prepare_threshold_keeps_its_choice(backend_kind, monkeypatch):
+    """``OPTIONS["prepare_threshold"]`` set by the project (None behind an old PgBouncer):
+    the library's statements run on Django's own cursor, as the project's do."""
+    if backend_kind != "native" or connection.vendor != "postgresql":
+        pytest.skip("prepared statements are the PostgreSQL backend's")
+    import psycopg
+
+    from celery_idem.backends import prepared
+
+    with prepared.cursor(connection) as cursor:
+        assert not isinstance(cursor.cursor, psycopg.ClientCursor)  # server-side binding
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "prepare_threshold", None)
+    with prepared.cursor(connection) as cursor:
+        assert isinstance(cursor.cursor, psycopg.ClientCursor)  # Django's, unprepared
