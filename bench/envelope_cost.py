@@ -49,6 +49,7 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
 
     from celery_idem import envelope
+    from celery_idem.connection import bookkeeping_connection
     from celery_idem.models import Job
     from django_app.effects.tasks import notify, ship_order
 
@@ -84,9 +85,13 @@ def main() -> None:
             for i in range(args.n):
                 publish(base + i)
             timings.append((time.perf_counter() - started) / args.n * 1e6)
-        with CaptureQueriesContext(connection) as captured:
+        # Django's connection and the bookkeeping one (the intent outside a transaction).
+        bookkeeping = bookkeeping_connection("default")
+        with CaptureQueriesContext(connection) as captured, \
+                CaptureQueriesContext(bookkeeping) as captured_bookkeeping:
             publish(10**9)
-        statements = [q["sql"] for q in captured.captured_queries
+        statements = [q["sql"] for q in (captured.captured_queries
+                                         + captured_bookkeeping.captured_queries)
                       if not q["sql"].lstrip().upper().startswith(CONTROL)]
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT avg(pg_column_size(j.*)), "

@@ -136,7 +136,7 @@ def wal_bytes(since: str) -> tuple[int, int | None]:
     """WAL written since ``since``: (cluster-wide, this database's own). The latter reads
     the records with pg_walinspect: those touching a relation of this database, and the
     commit records of their transactions; None without the extension."""
-    from django.db import connection
+    from django.db import OperationalError, connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_current_wal_lsn(), pg_wal_lsn_diff(pg_current_wal_lsn(), %s),"
@@ -151,13 +151,19 @@ def wal_bytes(since: str) -> tuple[int, int | None]:
         # wal_writer_delay (200 ms by default).
         c.wait_for(lambda: _flushed(cursor, until), 10, "the WAL flush", interval=0.05)
         mine = f"%/{oid}/%"
-        cursor.execute(
-            "WITH r AS (SELECT xid::text AS xid, record_length, block_ref"
-            "  FROM pg_get_wal_records_info(%s, %s)),"
-            " ours AS (SELECT DISTINCT xid FROM r WHERE block_ref LIKE %s AND xid <> '0')"
-            " SELECT coalesce(sum(record_length), 0) FROM r WHERE block_ref LIKE %s"
-            " OR (block_ref = '' AND xid IN (SELECT xid FROM ours))",
-            [since, str(until), mine, mine])
+        try:
+            cursor.execute(
+                "WITH r AS (SELECT xid::text AS xid, record_length, block_ref"
+                "  FROM pg_get_wal_records_info(%s, %s)),"
+                " ours AS (SELECT DISTINCT xid FROM r WHERE block_ref LIKE %s AND xid <> '0')"
+                " SELECT coalesce(sum(record_length), 0) FROM r WHERE block_ref LIKE %s"
+                " OR (block_ref = '' AND xid IN (SELECT xid FROM ours))",
+                [since, str(until), mine, mine])
+        except OperationalError as exc:
+            # On a shared server other sessions' WAL can get the run's segments recycled
+            # before they are read ("has already been removed"): no figure for this run.
+            c.log(f"WAL of the run not readable, left out: {exc}")
+            return int(cluster), None
         return int(cluster), int(cursor.fetchone()[0])
 
 

@@ -117,9 +117,11 @@ def done(name: str, n: int, p: dict[str, int]) -> bool:
         return p["effects"] >= n
     if name in ("idem", "atomic"):
         return p["succeeded"] >= n
+    # A replay writes nothing (issue 11): the workers' marks, counted by the caller, are
+    # what says every message was handled.
     if name == "replay3":
-        return p["succeeded"] >= n and p["duplicates"] >= 2 * n
-    return p["duplicates"] >= n  # replay
+        return p["succeeded"] >= n
+    return True  # replay
 
 
 def worker_span(since: Any) -> tuple[float, float]:

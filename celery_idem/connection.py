@@ -1,4 +1,5 @@
-"""The worker's own PostgreSQL connections for default-mode bookkeeping.
+"""The process's own PostgreSQL connections for bookkeeping: a worker's default-mode
+claims and commits, and the producer's intents written outside a transaction.
 
 Why: Celery's Django fixup closes every Django connection before and after each task
 (``close()``, unconditionally since Celery 5.6), so each task opens a new connection, and
@@ -7,9 +8,15 @@ is not ``atomic`` do not share the body's transaction, so they can use a connect
 fixup does not know about: it stays open across tasks, its statements are prepared once
 (psycopg's server-side binding), and it commits without waiting for the WAL flush.
 
-That last point changes no guarantee: outside ``atomic=True`` a crash between the effect
-and the commit may already repeat the effect once, and a PostgreSQL crash that loses the
-last fraction of a second of bookkeeping is such a crash (recovery re-runs the job). The
+The producer writes an intent outside a transaction here too (prepared, no Django
+cursor), and hands the connection back at once; that one commit does wait for the flush
+(``insert_durable`` in backends/postgresql.sql): its message is about to leave, and an
+intent a crash lost would have that message refused rather than run.
+
+For claims and commits the unflushed commit changes no guarantee: outside
+``atomic=True`` a crash between the effect and the commit may already repeat the effect
+once, and a PostgreSQL crash that loses the last fraction of a second of bookkeeping is
+such a crash (recovery re-runs the job). The
 writes are visible to every other session at once, as usual. ``atomic=True`` tasks and
 anything inside your own transactions use Django's connection and its durability.
 

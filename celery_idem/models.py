@@ -50,6 +50,8 @@ class Job(models.Model):
     parent = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children",
         verbose_name=_("parent job"),
+        # Indexed only where set (celery_idem_job_parent_idx): most jobs have no parent.
+        db_index=False,
     )
 
     # Claim: who runs it now, fenced by the attempt number.
@@ -93,15 +95,33 @@ class Job(models.Model):
                 name="celery_idem_job_state_valid",
             ),
         ]
+        # Only the indexes a query needs, partial where the query names a state: every
+        # write that is not a HOT update adds an entry to each index whose condition the
+        # new row meets, so a finished job is in none of the state indexes.
+        # (MySQL/MariaDB have no partial indexes: migration 0006 gives them plain ones.)
         indexes = [
-            # The reaper: RUNNING past its lease, PENDING past its dispatch timeout.
-            models.Index(fields=["state", "lease_expires_at"], name="celery_idem_job_lease_idx"),
-            models.Index(fields=["state", "updated_at"], name="celery_idem_job_pending_idx"),
-            # The admin: newest first, per task, and search by key prefix or task id.
+            # The reaper and the admin's claim filter: RUNNING past (or within) its lease;
+            # the worker's shutdown hand-back (RUNNING by worker).
+            models.Index(fields=["lease_expires_at"], name="celery_idem_job_lease_idx",
+                         condition=models.Q(state=State.RUNNING.value)),
+            # The reaper: PENDING past its dispatch timeout, or past its expiry.
+            models.Index(fields=["updated_at"], name="celery_idem_job_pending_idx",
+                         condition=models.Q(state=State.PENDING.value)),
+            # The admin's state filter and counts, idem_status: the states that need an
+            # operator (SUCCEEDED, the common one, is served by the newest-first scan).
+            models.Index(fields=["state", "-created_at"], name="celery_idem_job_attention_idx",
+                         condition=models.Q(state__in=[State.FAILED.value, State.UNCERTAIN.value,
+                                                       State.EXPIRED.value])),
+            # The admin: newest first, per task (and the task filter's names), search by
+            # key prefix (across namespaces: the unique index leads with the namespace)
+            # or by task id.
             models.Index(fields=["-created_at"], name="celery_idem_job_created_idx"),
             models.Index(fields=["task_name", "-created_at"], name="celery_idem_job_task_idx"),
             models.Index(fields=["key"], name="celery_idem_job_keyprefix_idx"),
             models.Index(fields=["task_id"], name="celery_idem_job_task_id_idx"),
+            # A job's children (the admin), only the jobs that have a parent.
+            models.Index(fields=["parent"], name="celery_idem_job_parent_idx",
+                         condition=models.Q(parent__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -112,7 +132,8 @@ class Transition(models.Model):
     """One line of a job's history: a state change, a replayed duplicate, a late finish."""
 
     job = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="transitions", verbose_name=_("job")
+        Job, on_delete=models.CASCADE, related_name="transitions", verbose_name=_("job"),
+        db_index=False,  # celery_idem_transition_job_idx (job, at) serves it
     )
     event = models.CharField(_("event"), max_length=32)
     from_state = models.CharField(
@@ -143,7 +164,8 @@ class Checkpoint(models.Model):
     """A step of a job that completed, with its JSON value, so a re-run skips it."""
 
     job = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="checkpoints", verbose_name=_("job")
+        Job, on_delete=models.CASCADE, related_name="checkpoints", verbose_name=_("job"),
+        db_index=False,  # the unique (job, step) constraint's index serves it
     )
     step = models.CharField(_("step"), max_length=200)
     value = models.JSONField(_("value"), null=True, blank=True)

@@ -28,6 +28,7 @@ from . import envelope, errors
 from .backends import Change, Intent, get_backend
 from .claims import persistence
 from .conf import settings
+from .connection import release_bookkeeping
 from .errors import IdempotencyError, KeyMismatch
 from .fingerprints import canonical_json, fingerprint
 from .keys import KeySpec, validate_key
@@ -69,13 +70,25 @@ def write_intent(intent: Intent, task_id: str) -> int | None:
     """Insert the PENDING intent, or find the key; raise KeyMismatch on other arguments.
     Returns the id of the row this call inserted (None: the key existed).
 
-    Inside the caller's transaction the write gets a savepoint of its own: a database
-    error on it (bad input the driver refuses) rolls back to the savepoint, and the
-    caller's transaction stays usable.
+    Inside the caller's transaction the write rides it (the outbox) with a savepoint of
+    its own: a database error on it (bad input the driver refuses) rolls back to the
+    savepoint, and the caller's transaction stays usable. Outside one it is an
+    autocommitted write that shares nothing with the caller, so on PostgreSQL it goes on
+    the process's prepared bookkeeping connection (``celery_idem.connection``), with a
+    commit that still waits for the WAL flush (``insert_durable`` in postgresql.sql).
     """
     alias = settings.DATABASE
-    with persistence(), _savepoint(alias):
-        outcome = get_backend(alias).publish(intent, task_id, timezone.now())
+    dedicated = not connections[alias].in_atomic_block and bool(settings.DEDICATED_CONNECTION)
+    backend = get_backend(alias, dedicated)
+    try:
+        with persistence(), _savepoint(alias):
+            outcome = backend.publish(intent, task_id, timezone.now())
+    finally:
+        if dedicated:
+            # Back to the process's idle connections at once: a web process has no
+            # task_postrun to hand it back, and its next request may run on another
+            # thread (a worker's claim takes it again on its next statement).
+            release_bookkeeping()
     row = outcome.row
     if not outcome.won and row is not None and row.fingerprint != intent.fingerprint:
         raise mismatch(intent, row)

@@ -81,6 +81,9 @@ class Move:
     label: Promise
     #: Whether the move appends a row to the job's history.
     recorded: bool = True
+    #: Whether the move is announced (``signals.transition`` and its log line), recorded
+    #: or not: every move but a lease extension and the outbox's sent mark.
+    announced: bool = True
 
     def starts_from(self, state: State | None) -> bool:
         return state in self.sources
@@ -108,27 +111,32 @@ RESEND_COLUMNS = frozenset({"task_id", "dispatch_count", "sent_at"})
 
 def _m(event: str, sources: set[State | None] | frozenset[State | None],
        target: State | None, guard: Guard, sets: set[str] | frozenset[str], label: Promise,
-       recorded: bool = True) -> Move:
-    return Move(event, frozenset(sources), target, guard, frozenset(sets), label, recorded)
+       recorded: bool = True, announced: bool = True) -> Move:
+    return Move(event, frozenset(sources), target, guard, frozenset(sets), label, recorded,
+                announced)
 
 
 _FENCED, _NONE = Guard.FENCED, Guard.NONE
 
 #: Every allowed write, by the event name the history records.
 MOVES: dict[str, Move] = {m.event: m for m in [
-    _m("published", {None}, P, _NONE, INTENT_COLUMNS, _("published")),
+    # The happy path (published, claimed, succeeded) records no history: the job row
+    # holds when it was created, started and finished, its attempt and its worker, and
+    # the admin's timeline shows them from there (issue 11: a fresh task writes its row,
+    # not three history rows). What the row cannot hold is recorded.
+    _m("published", {None}, P, _NONE, INTENT_COLUMNS, _("published"), recorded=False),
     # A worker won the claim; from None when the producer's intent is missing.
     _m("claimed", {P, None}, R, Guard.SAME_ARGUMENTS | Guard.CLAIMABLE,
-       CLAIM_COLUMNS | INTENT_COLUMNS, _("claimed")),
+       CLAIM_COLUMNS | INTENT_COLUMNS, _("claimed"), recorded=False),
     _m("taken_over", {R}, R, Guard.SAME_ARGUMENTS | Guard.CLAIMABLE | Guard.LEASE_EXPIRED,
        CLAIM_COLUMNS, _("taken over")),
     _m("heartbeat", {R}, R, _FENCED, {"lease_expires_at"}, _("lease extended"),
-       recorded=False),
+       recorded=False, announced=False),
     # The body replaced itself (self.replace): the claim waits, with no lease and no
     # worker, for its replacement's last step to commit the outcome; never run again.
     _m("replaced", {R}, R, _FENCED, {"lease_expires_at", "worker"},
        _("handed to its replacement")),
-    _m("succeeded", {R}, S, _FENCED, _ENDS | {"result"}, _("succeeded")),
+    _m("succeeded", {R}, S, _FENCED, _ENDS | {"result"}, _("succeeded"), recorded=False),
     _m("failed", {R}, F, _FENCED, _ENDS | {"error"}, _("failed")),
     # The retry's own message (its envelope) replaces the one a re-send would send.
     _m("retry_scheduled", {R}, P, _FENCED, {"not_before", "lease_expires_at", "message",
@@ -144,8 +152,11 @@ MOVES: dict[str, Move] = {m.event: m for m in [
     _m("reset", {F, U, X}, P, _FENCED,
        _ENDS | {"error", "not_before"} | RESEND_COLUMNS, _("reset by an operator")),
     _m("resolved", {U}, S, _FENCED, _ENDS | {"error"}, _("resolved by an operator")),
+    # The state stays. A replay of a finished key is a read: it writes nothing (it is
+    # still announced, like every move but the two below that only touch a timestamp).
+    _m("duplicate", {S, F, X}, None, Guard.SAME_ARGUMENTS, set(), _("duplicate replayed"),
+       recorded=False),
     # History only: the state stays.
-    _m("duplicate", {S, F, X}, None, Guard.SAME_ARGUMENTS, set(), _("duplicate replayed")),
     _m("late_finish", _ALL, None, _NONE, set(), _("late finish ignored")),
     _m("redispatched", {P}, None, _FENCED | Guard.SAME_DISPATCH, RESEND_COLUMNS,
        _("sent again")),
@@ -153,7 +164,7 @@ MOVES: dict[str, Move] = {m.event: m for m in [
     # A step of the body stored its checkpoint (backends: ``save_step``).
     _m("step_completed", {R}, None, _FENCED, set(), _("step completed")),
     # An intent published inside a transaction: its message left after the commit.
-    _m("sent", {P}, None, _FENCED, {"sent_at"}, _("sent"), recorded=False),
+    _m("sent", {P}, None, _FENCED, {"sent_at"}, _("sent"), recorded=False, announced=False),
 ]}
 
 #: The history-only move a body's stored step records (``Backend.save_step``).

@@ -54,3 +54,15 @@ def fake_provider() -> Iterator[RunningProvider]:
 
     with serve() as running:
         yield running
+
+
+@pytest.fixture(autouse=True)
+def _close_bookkeeping_connections() -> Iterator[None]:
+    """The producer writes an intent outside a transaction on this process's bookkeeping
+    connection (celery_idem.connection), which outlives the test: close it after each
+    test that opened one, so the test database can be dropped at the end."""
+    yield
+    from celery_idem import connection
+
+    if connection.open_count():
+        connection.close_bookkeeping_connections()

@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy
 
 from .. import states
 from ..conf import settings
-from ..models import Job, Transition
+from ..models import Job
 from . import display
 from .changelist import (
     ClaimFilter,
@@ -34,11 +34,10 @@ from .changelist import (
     key_prefix,
 )
 from .operations import OperatorActions
+from .timeline import timeline
 
 #: How many child jobs the detail page links; the rest are one changelist link away.
 CHILDREN_SHOWN = 20
-#: How the history names each event: the move table's labels.
-EVENT_LABELS = {event: move.label for event, move in states.MOVES.items()}
 
 
 def _moment(field: str, label: Any) -> Any:
@@ -247,23 +246,13 @@ class JobAdmin(OperatorActions):
                 for c in job.checkpoints.order_by("at", "id")
             ]
             context.update(
-                timeline=[self._timeline_row(t) for t in job.transitions.all()],
+                timeline=timeline(job, job.transitions.all()),
                 checkpoints=checkpoints,
                 job_actions=self._detail_actions(request, job, bool(checkpoints)),
                 changelist_url=reverse(f"{self.admin_site.name}:celery_idem_job_changelist"),
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             )
         return super().change_view(request, object_id, form_url, context)
-
-    @staticmethod
-    def _timeline_row(t: Transition) -> dict[str, Any]:
-        return {
-            "at": display.full_time(t.at), "event": EVENT_LABELS.get(t.event, t.event),
-            "from": display.state_badge(t.from_state) if t.from_state else "",
-            "to": display.state_badge(t.to_state),
-            "changed": t.from_state != t.to_state, "attempt": t.attempt, "worker": t.worker,
-            "task_id": t.task_id, "reason": t.reason, "actor": t.actor,
-        }
 
     def _detail_actions(self, request: HttpRequest, job: Job,
                         has_steps: bool = False) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from .values import (
     Claimant,
     ClaimOutcome,
     Intent,
+    JobRow,
     check_change,
 )
 
@@ -35,6 +36,12 @@ if TYPE_CHECKING:
     from django.db.models import Q
 
     from ..models import Job
+
+
+def _replays(row: JobRow, intent: Intent) -> bool:
+    """Whether a claim that lost to ``row`` is the ``duplicate`` move (a finished key with
+    the caller's arguments: its outcome is replayed)."""
+    return states.move(DUPLICATE).starts_from(row.state) and row.fingerprint == intent.fingerprint
 
 
 class Backend(ABC):
@@ -63,8 +70,9 @@ class Backend(ABC):
         """Make the claim move ``event`` on ``intent``'s key: from PENDING (``claimed``) or
         from a RUNNING row whose lease expired (``taken_over``), attempt + 1.
 
-        A claim that loses to a finished row with the same arguments records the
-        ``duplicate`` line in the same write. ``claimed`` on a missing row inserts it
+        A claim that loses to a finished row with the same arguments is the ``duplicate``
+        move: announced, and recorded in the same write if the table says so (it does
+        not: a replay only reads). ``claimed`` on a missing row inserts it
         already RUNNING (the producer's intent is missing).
         """
         if event not in CLAIM_MOVES:
@@ -76,7 +84,7 @@ class Backend(ABC):
         if outcome.won and row is not None:
             announce(self.alias, row.id, event, source, State.RUNNING, row.attempt,
                      claimant.worker, claimant.task_id, reason)
-        elif outcome.recorded and row is not None and states.move(DUPLICATE).recorded:
+        elif row is not None and _replays(row, intent):
             announce(self.alias, row.id, DUPLICATE, row.state, row.state, row.attempt,
                      claimant.worker, claimant.task_id, DUPLICATE_REASON)
         return outcome
@@ -98,7 +106,7 @@ class Backend(ABC):
         attempt = self._apply(change, m, now)
         if attempt is None:
             return False
-        if m.recorded:
+        if m.announced:
             self._announce(change, attempt)
         return True
 
@@ -110,7 +118,7 @@ class Backend(ABC):
                 raise InvalidTransition(f"move {change.event!r} cannot be batched")
         moved = self._apply_batch(changes, now) if changes else set()
         for change in changes:
-            if change.job_id in moved and change.move.recorded:
+            if change.job_id in moved and change.move.announced:
                 self._announce(change, change.attempt or 0)
         return moved
 
@@ -121,11 +129,13 @@ class Backend(ABC):
             raise InvalidTransition(f"{change.event!r} does not store a step")
         m = check_change(change)
         outcome = self._save_step(change, step, value, now)
-        if outcome is StepWrite.STORED and m.recorded:
+        if outcome is StepWrite.STORED and m.announced:
             self._announce(change, change.attempt or 0)
         return outcome
 
     def _announce(self, change: Change, attempt: int) -> None:
+        # Every move is announced whether or not it records history (``Move.announced``):
+        # the happy path's signals do not depend on its history rows.
         announce(self.alias, change.job_id, change.event, change.from_state, change.to_state,
                  attempt, change.worker, change.task_id, change.reason, change.actor)
 

@@ -67,9 +67,10 @@ class GenericBackend(Backend):
                     expires_at=intent.expires_at, sent_at=now if intent.sent else None,
                     created_at=now, updated_at=now, **claim,
                 )
-                line = Change(job.pk, move.event, None, worker=claim.get("worker", ""),
-                              task_id=task_id, reason=reason)
-                self._history(job.pk, line, move.target, job.attempt, now)
+                if move.recorded:
+                    line = Change(job.pk, move.event, None, worker=claim.get("worker", ""),
+                                  task_id=task_id, reason=reason)
+                    self._history(job.pk, line, move.target, job.attempt, now)
         except IntegrityError:
             return ClaimOutcome(False, self._row(namespace=intent.namespace, key=intent.key))
         return ClaimOutcome(True, JobRow.from_values({c: getattr(job, c) for c in ROW_COLUMNS}))
@@ -88,11 +89,13 @@ class GenericBackend(Backend):
             )
             row = self._row(**key)
             if matched and row is not None:
-                line = Change(row.id, move.event, source, worker=claimant.worker,
-                              task_id=claimant.task_id, reason=reason)
-                self._history(row.id, line, State.RUNNING, row.attempt, now)
+                if move.recorded:
+                    line = Change(row.id, move.event, source, worker=claimant.worker,
+                                  task_id=claimant.task_id, reason=reason)
+                    self._history(row.id, line, State.RUNNING, row.attempt, now)
                 return ClaimOutcome(True, row)
-            recorded = row is not None and self._apply(
+            # A replay only reads, unless the table records the duplicate.
+            recorded = row is not None and states.move(DUPLICATE).recorded and self._apply(
                 Change(row.id, DUPLICATE, row.state, attempt=row.attempt,
                        worker=claimant.worker, task_id=claimant.task_id,
                        reason=DUPLICATE_REASON, fingerprint=intent.fingerprint),

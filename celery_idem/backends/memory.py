@@ -153,8 +153,9 @@ class InMemoryBackend(Backend):
                 job.attempt, job.worker, job.started_at = 1, claimant.worker, now
                 job.lease_expires_at = claimant.lease_expires_at
             self.jobs[job.id] = job
-            self._line(job, Change(job.id, move.event, None, worker=job.worker,
-                                   task_id=task_id, reason=reason), job.attempt, now)
+            if move.recorded:
+                self._line(job, Change(job.id, move.event, None, worker=job.worker,
+                                       task_id=task_id, reason=reason), job.attempt, now)
             return ClaimOutcome(True, job.row())
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
@@ -170,11 +171,12 @@ class InMemoryBackend(Backend):
                 job.worker, job.task_id = claimant.worker, claimant.task_id
                 job.lease_expires_at, job.not_before = claimant.lease_expires_at, None
                 job.started_at = job.updated_at = now
-                self._line(job, Change(job.id, move.event, source, worker=claimant.worker,
-                                       task_id=claimant.task_id, reason=reason),
-                           job.attempt, now)
+                if move.recorded:
+                    self._line(job, Change(job.id, move.event, source, worker=claimant.worker,
+                                           task_id=claimant.task_id, reason=reason),
+                               job.attempt, now)
                 return ClaimOutcome(True, job.row())
-            recorded = self._apply(Change(
+            recorded = states.move(DUPLICATE).recorded and self._apply(Change(
                 job.id, DUPLICATE, job.state, attempt=job.attempt, worker=claimant.worker,
                 task_id=claimant.task_id, reason=DUPLICATE_REASON,
                 fingerprint=intent.fingerprint), states.move(DUPLICATE), now) is not None

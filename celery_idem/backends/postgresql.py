@@ -21,9 +21,11 @@ from django.db import connections, transaction
 from django.db.models import Q
 
 from .. import states
+from ..conf import settings as idem_settings
 from ..connection import bookkeeping_connection
 from ..models import Checkpoint, Job, Transition
 from ..states import Guard, Move, State, StepWrite
+from . import prepared
 from .base import Backend
 from .values import (
     DUPLICATE,
@@ -74,19 +76,38 @@ def _sets(columns: tuple[str, ...], source: str = "%(v_{c})s") -> str:
                    for c in columns)
 
 
-def _record(move: Move, history_values: str) -> str:
+#: The history values of a line a worker writes (no actor).
+_WORKER_LINE = "%(worker)s, %(task_id)s, %(reason)s, ''"
+
+
+def _record(move: Move, history_values: str, source: str = "moved") -> str:
     if not move.recorded:
         return ""
-    return "\n" + QUERIES["move_record"].replace("{history_values}", history_values)
+    return "\n" + (QUERIES["move_record"].replace("{history_values}", history_values)
+                   .replace("{source}", source))
+
+
+@cache
+def insert_sql(event: str, durable: bool = False) -> str:
+    """The insert of move ``event``; ``durable``: its commit waits for the WAL flush even
+    on a connection whose commits do not (``insert_durable`` in postgresql.sql)."""
+    sql = QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
+                                                        "ins"))
+    return (sql.replace("{durable}", "\n" + QUERIES["insert_durable"] if durable else "")
+            .replace("{durable_join}", ", durable" if durable else ""))
 
 
 @cache
 def claim_sql(event: str) -> str:
     """The claim statement of move ``event`` (cached: the same text is prepared once)."""
-    duplicate = states.move(DUPLICATE)
-    sql = QUERIES["claim"].replace("{guard}", _guard(states.move(event).guard))
-    return sql.replace("{duplicate_guard}", _guard(duplicate.guard) if duplicate.recorded
-                       else "false")
+    m, duplicate = states.move(event), states.move(DUPLICATE)
+    sql = (QUERIES["claim"].replace("{guard}", _guard(m.guard))
+           .replace("{record}", _record(m, _WORKER_LINE, "claimed")))
+    if not duplicate.recorded:
+        return sql.replace("{duplicate}", "").replace("{duplicate_recorded}", "false")
+    return (sql.replace("{duplicate}", "\n" + QUERIES["claim_duplicate"])
+            .replace("{duplicate_guard}", _guard(duplicate.guard))
+            .replace("{duplicate_recorded}", "EXISTS (SELECT 1 FROM dup)"))
 
 
 @cache
@@ -167,21 +188,24 @@ class PostgreSQLBackend(Backend):
         return (State(rows[0][0]), int(rows[0][1])) if rows else None
 
     def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with self._connection().cursor() as cursor:
+        # Prepared on either connection (on Django's: backends.prepared).
+        with prepared.cursor(self._connection()) as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         assert move.target is not None
-        return _outcome(self._fetch(QUERIES["insert"], {
+        # An intent on the bookkeeping connection is durable all the same (insert_durable).
+        durable = claimant is None and self.dedicated and not idem_settings.SYNCHRONOUS_COMMIT
+        return _outcome(self._fetch(insert_sql(move.event, durable), {
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
             "fingerprint": intent.fingerprint, "args": _json(intent.args),
             "kwargs": _json(intent.kwargs), "options": _json(intent.options),
             "message": _json(intent.message), "not_before": intent.not_before,
             "expires_at": intent.expires_at, "sent_at": now if intent.sent else None,
             "to_state": move.target.value, "event": move.event, "task_id": task_id,
-            "now": now, "reason": reason,
+            "now": now, "reason": reason, "from_state": None,
             "attempt": 0 if claimant is None else 1,
             "worker": "" if claimant is None else claimant.worker, "parent": intent.parent_id,
             "lease": None if claimant is None else claimant.lease_expires_at,

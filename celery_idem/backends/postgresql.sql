@@ -41,24 +41,28 @@ WITH ins AS (
             %(message)s::jsonb, %(not_before)s, %(expires_at)s, %(sent_at)s)
     ON CONFLICT (namespace, key) DO NOTHING
     RETURNING {row}
-), hist AS (
-    {history_insert}
-    SELECT id, %(event)s, NULL, %(to_state)s, attempt, %(worker)s, %(task_id)s, %(reason)s,
-           '', %(now)s
-    FROM ins
-)
-SELECT true, false, {row} FROM ins
+){record}{durable}
+SELECT true, false, {row} FROM ins{durable_join}
 UNION ALL
 SELECT false, false, {row} FROM {job}
 WHERE namespace = %(namespace)s AND key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
+
+-- name: insert_durable
+-- Appended to "insert" for an intent written on the bookkeeping connection, whose
+-- commits do not wait for the WAL flush (CELERY_IDEM_SYNCHRONOUS_COMMIT off): this one
+-- does (set_config(..., true) lasts until the statement's own commit, which reads it).
+-- An intent lost in a PostgreSQL crash while its message is in the broker would be a
+-- task refused (no intent), not one repeated: the intent must be durable before its
+-- message leaves. The result row joins it, so it runs whenever a row was inserted.
+, durable AS (SELECT set_config('synchronous_commit', 'on', true))
 
 -- name: claim
 -- The row is found by its unique key, then updated by primary key, and its state is
 -- compared through an expression no index matches (``state || ''``). Otherwise, while
 -- the statistics say PENDING rows are rare (after a burst of enqueues, until autoanalyze
 -- runs), the planner prefers the (state, updated_at) index and one claim scans the whole
--- backlog for its key (tests/db/test_claim_plan.py). A lost claim on a row the
--- ``duplicate`` move accepts ({duplicate_guard}) appends that line in the same trip.
+-- backlog for its key (tests/db/test_claim_plan.py). A claim that loses to a finished
+-- row only reads it ({duplicate}: the history line, were the ``duplicate`` move recorded).
 WITH target AS (
     SELECT id FROM {job} WHERE namespace = %(namespace)s AND key = %(key)s
 ), claimed AS (
@@ -68,12 +72,16 @@ WITH target AS (
         started_at = %(now)s, updated_at = %(now)s
     WHERE id = (SELECT id FROM target) AND state || '' = %(from_state)s AND {guard}
     RETURNING {row}
-), hist AS (
-    {history_insert}
-    SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, %(worker)s, %(task_id)s,
-           %(reason)s, '', %(now)s
-    FROM claimed
-), dup AS (
+){record}{duplicate}
+SELECT true, false, {row} FROM claimed
+UNION ALL
+SELECT false, {duplicate_recorded}, {row} FROM {job}
+WHERE id = (SELECT id FROM target) AND NOT EXISTS (SELECT 1 FROM claimed)
+
+-- name: claim_duplicate
+-- The history CTE of a lost claim on a finished key (appended to "claim" only while the
+-- ``duplicate`` move records: it does not, so a replay's claim writes nothing).
+, dup AS (
     {history_insert}
     SELECT id, %(duplicate)s, state, state, attempt, %(worker)s, %(task_id)s,
            %(duplicate_reason)s, '', %(now)s
@@ -82,10 +90,6 @@ WITH target AS (
       AND {duplicate_guard} AND NOT EXISTS (SELECT 1 FROM claimed)
     RETURNING 1
 )
-SELECT true, false, {row} FROM claimed
-UNION ALL
-SELECT false, EXISTS (SELECT 1 FROM dup), {row} FROM {job}
-WHERE id = (SELECT id FROM target) AND NOT EXISTS (SELECT 1 FROM claimed)
 
 -- name: move
 -- A move that writes the row: guarded by its source state and its guard.
@@ -97,11 +101,12 @@ WITH moved AS (
 SELECT attempt FROM moved
 
 -- name: move_record
--- The history CTE of a move that records (appended to "move" and "move_batch").
+-- The history CTE of a move that records (appended to "insert", "claim", "move",
+-- "move_batch" and "step_save"; {source} is the CTE that wrote the row).
 , hist AS (
     {history_insert}
     SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, {history_values}, %(now)s
-    FROM moved
+    FROM {source}
 )
 
 -- name: record

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from celery_idem.admin import JobAdmin, changelist
+from celery_idem.admin import JobAdmin, changelist, display
 from celery_idem.models import Job
 from celery_idem.states import State
 from tests.browser.jobs import make_job, populate
@@ -165,7 +165,10 @@ class TestJobDetail:
         html = response.content.decode()
         timeline = response.context["timeline"]
         assert [row["event"] for row in timeline] == [
-            "published", "claimed", "retry scheduled", "claimed", "failed"]
+            "published", "retry scheduled", "claimed", "failed"]
+        # published and the second claim are read from the job row (no history rows).
+        assert [row["derived"] for row in timeline] == [True, False, True, False]
+        assert (timeline[2]["attempt"], timeline[2]["worker"]) == (2, "celery@payments-2")
         assert timeline[-1]["reason"] == "CardDeclined: card declined: insufficient funds (code 51)"
         assert timeline[-1]["worker"] == "celery@payments-2" and timeline[-1]["attempt"] == 2
         assert [c["step"] for c in response.context["checkpoints"]] == ["authorize"]
@@ -176,6 +179,19 @@ class TestJobDetail:
         assert job.fingerprint in html
         assert response.context["has_change_permission"] is False  # nothing to edit
         assert 'name="key"' not in html and "<textarea" not in html
+
+    def test_happy_path_timeline_is_read_from_the_job_row(self, viewer):
+        """published, claimed and succeeded record no history rows: the timeline shows
+        them from the row's created, started and finished times, attempt and worker."""
+        job = populate()["charged"]
+        assert not job.transitions.exists()
+        timeline = viewer.get(detail(job)).context["timeline"]
+        assert [(row["event"], row["derived"]) for row in timeline] == [
+            ("published", True), ("claimed", True), ("succeeded", True)]
+        assert [row["at"] for row in timeline] == [
+            display.full_time(t) for t in (job.created_at, job.started_at, job.finished_at)]
+        assert {(row["attempt"], row["worker"]) for row in timeline[1:]} == {
+            (1, "celery@payments-1")}
 
     def test_result_shown_and_arguments_not_stored(self, viewer):
         """A result is pretty-printed; arguments not stored say so instead of looking empty."""

@@ -7,19 +7,24 @@ so a regression shows.
 
 from __future__ import annotations
 
+from contextlib import ExitStack, nullcontext
+
 import pytest
 from celery import shared_task
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from celery_idem import IdempotentTask
+from celery_idem.backends.generic import GenericBackend
+from celery_idem.connection import bookkeeping_connection, release_bookkeeping
 from celery_idem.producer import KEY_HEADER as HEADER
+from celery_idem.testing import use_backend
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Statements per path: (publish, fresh run, replay), per backend. The PostgreSQL
 #: budget is at most 3 for a fresh run and 2 for a replay; it spends 2 and 1.
-EXPECTED = {"native": (1, 2, 1), "generic": (2, 5, 4)}
+EXPECTED = {"native": (1, 2, 1), "generic": (1, 3, 2)}
 #: Transaction control, which Django logs too; atomic=True adds BEGIN/COMMIT around the
 #: body, which a body writing to the database needs anyway.
 CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
@@ -36,12 +41,25 @@ def atomic_echo(self, n):
     return n
 
 
-def count(fn):
-    with CaptureQueriesContext(connection) as captured:
+def statements(fn):
+    """The statements ``fn`` runs, on Django's connection and on the bookkeeping one
+    (PostgreSQL), by connection: {"django": [...], "bookkeeping": [...]}."""
+    wrappers = {"django": connection}
+    if connection.vendor == "postgresql":
+        # The one this thread gets: released after each use, taken again from the idle.
+        wrappers["bookkeeping"] = bookkeeping_connection(connection.alias)
+        release_bookkeeping()
+    with ExitStack() as stack:
+        captured = {name: stack.enter_context(CaptureQueriesContext(wrapper))
+                    for name, wrapper in wrappers.items()}
         fn()
-    statements = [q["sql"] for q in captured.captured_queries
-                  if not q["sql"].lstrip().upper().startswith(CONTROL)]
-    return len(statements)
+    return {name: [q["sql"] for q in c.captured_queries
+                   if not q["sql"].lstrip().upper().startswith(CONTROL)]
+            for name, c in captured.items()}
+
+
+def count(fn):
+    return sum(len(sqls) for sqls in statements(fn).values())
 
 
 @pytest.mark.parametrize("task", [echo, atomic_echo], ids=["default", "atomic"])
@@ -53,3 +71,56 @@ def test_statements_per_path(backend, backend_kind, task):
     assert count(lambda: task.apply(args=(1,), headers={HEADER: key}).get()) == fresh
     assert count(lambda: task.apply(args=(1,), headers={HEADER: key}).get()) == replay
 
+
+
+def test_the_intent_rides_the_callers_transaction_or_the_bookkeeping_connection(
+        backend_kind):
+    """Outside a transaction the intent is one statement on the bookkeeping connection
+    (PostgreSQL: prepared, its commit durable); inside ``atomic()`` it is written in the
+    caller's transaction, on Django's connection (the outbox)."""
+    # The library's own choice of backend (the ``backend`` fixture would pin one).
+    with use_backend(GenericBackend("default")) if backend_kind == "generic" else nullcontext():
+        outside = statements(lambda: echo.apply_async(args=(2,)))
+        with transaction.atomic():
+            inside = statements(lambda: echo.apply_async(args=(3,)))
+    if backend_kind == "native":
+        assert (len(outside["django"]), len(outside["bookkeeping"])) == (0, 1)
+        assert "set_config('synchronous_commit', 'on', true)" in outside["bookkeeping"][0]
+        assert (len(inside["django"]), len(inside["bookkeeping"])) == (1, 0)
+    else:
+        assert len(outside["django"]) == len(inside["django"]) == 1
+
+
+def test_atomic_statements_are_prepared_and_the_projects_own_queries_are_not(backend_kind):
+    """Django leaves psycopg's prepare_threshold at None (nothing prepared): the library's
+    statements on Django's connection are prepared on their second use in the session;
+    the project's own queries, on Django's client-binding cursors, never are."""
+    if backend_kind != "native" or connection.vendor != "postgresql":
+        pytest.skip("prepared statements are the PostgreSQL backend's")
+    for n in (10, 11, 12):
+        assert atomic_echo.apply(args=(n,)).get() == n
+    with connection.cursor() as cursor:
+        for _ in range(3):
+            cursor.execute("SELECT count(*) FROM celery_idem_job WHERE attempt >= %s", [0])
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("UPDATE celery_idem_job" in text and "attempt + 1" in text
+               for text in prepared), prepared  # the claim
+    assert any("finished_at" in text for text in prepared), prepared  # the commit
+    assert not any("count(*)" in text for text in prepared)
+
+
+def test_a_project_that_sets_prepare_threshold_keeps_its_choice(backend_kind, monkeypatch):
+    """``OPTIONS["prepare_threshold"]`` set by the project (None behind an old PgBouncer):
+    the library's statements run on Django's own cursor, as the project's do."""
+    if backend_kind != "native" or connection.vendor != "postgresql":
+        pytest.skip("prepared statements are the PostgreSQL backend's")
+    import psycopg
+
+    from celery_idem.backends import prepared
+
+    with prepared.cursor(connection) as cursor:
+        assert not isinstance(cursor.cursor, psycopg.ClientCursor)  # server-side binding
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "prepare_threshold", None)
+    with prepared.cursor(connection) as cursor:
+        assert isinstance(cursor.cursor, psycopg.ClientCursor)  # Django's, unprepared

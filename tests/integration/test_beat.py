@@ -53,8 +53,11 @@ def test_beat_runs_the_recovery_pass_that_completes_a_stale_job(scheduler, worke
         beat.terminate()
         beat.wait(timeout=30)
     events = list(job.transitions.order_by("id").values_list("event", flat=True))
-    assert events[:3] == ["published", "claimed", "released"]
-    assert events[-2:] == ["claimed", "succeeded"]
+    # The stale claim went back (released), and the next attempt claimed and succeeded
+    # (the happy path's moves are on the row, not in the history).
+    assert events[0] == "released" and "succeeded" not in events
+    finished = Job.objects.get(pk=job.pk)
+    assert finished.attempt >= 2 and finished.finished_at is not None
     if scheduler == "database":
         from django_celery_beat.models import PeriodicTask
 

@@ -44,8 +44,9 @@ def test_worker_connections_terminated_mid_body_commit_on_a_fresh_one(
     job = Job.objects.get(key="wait/drop")
     assert job.state == "SUCCEEDED" and job.attempt == 1
     assert Effect.objects.filter(key="wait/drop").count() == 1
-    events = list(Transition.objects.filter(job=job).values_list("event", flat=True))
-    assert events == ["published", "claimed", "succeeded"]
+    # One commit landed, nothing else: no late finish, no second attempt (the happy
+    # path writes no history rows).
+    assert not Transition.objects.filter(job=job).exists()
 
 
 @pytest.mark.skipif(settings.DATABASE_KIND != "sqlite", reason="SQLite's locking")

@@ -66,7 +66,7 @@ def test_child_killed_after_effect_is_released_at_once_and_runs_again(flags):
         wait_until(lambda: job("wait/child").state == "SUCCEEDED", TIMEOUT, what="success")
     released = Transition.objects.get(job__key="wait/child", event="released")
     assert released.reason.startswith("worker lost") and released.attempt == 1
-    assert ("claimed", 2) in events("wait/child") and job("wait/child").attempt == 2
+    assert job("wait/child").attempt == 2 and job("wait/child").started_at > released.at
     # Not atomic: the effect before the crash stays, as the protocol's table says.
     assert Effect.objects.filter(key="wait/child").count() == 2
 
@@ -81,8 +81,10 @@ def test_child_killed_in_an_atomic_body_leaves_the_effect_exactly_once(flags):
         wait_until(lambda: job("wait-atomic/achild").state == "SUCCEEDED", TIMEOUT,
                    what="success")
     assert Effect.objects.filter(key="wait-atomic/achild").count() == 1
-    names = [e for e, _ in events("wait-atomic/achild")]
-    assert names.index("attempt_lost") < names.index("claimed") < names.index("succeeded")
+    # The attempt that committed claimed after the loss was noted (its claim and success
+    # are on the row, not in the history).
+    lost = Transition.objects.get(job__key="wait-atomic/achild", event="attempt_lost")
+    assert job("wait-atomic/achild").started_at > lost.at
 
 
 @pytest.mark.pools
@@ -103,7 +105,7 @@ def test_whole_worker_killed_after_effect_is_recovered_by_the_reaper(flags, pool
         wait_until(lambda: job("wait/whole").state == "SUCCEEDED", TIMEOUT, what="success")
     first.assert_no_persistence_errors()
     second.assert_no_persistence_errors()
-    assert ("released", 1) in events("wait/whole") and ("claimed", 2) in events("wait/whole")
+    assert ("released", 1) in events("wait/whole") and job("wait/whole").attempt == 2
     assert Effect.objects.filter(key="wait/whole").count() == 2
 
 
@@ -129,8 +131,10 @@ def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(flags, pool)
     first.assert_no_persistence_errors()
     second.assert_no_persistence_errors()
     assert Effect.objects.filter(key="wait-atomic/awhole").count() == 1
-    names = [e for e, _ in events("wait-atomic/awhole")]
-    assert names.index("redispatched") < names.index("claimed") < names.index("succeeded")
+    # The killed attempt's claim rolled back with its body: the one committed claim (on
+    # the row, attempt 1) is the re-dispatched message's.
+    assert "redispatched" in [e for e, _ in events("wait-atomic/awhole")]
+    assert job("wait-atomic/awhole").attempt == 1
 
 
 def test_messages_lost_by_the_broker_are_re_dispatched_and_run_once(broker_service,
@@ -148,8 +152,8 @@ def test_messages_lost_by_the_broker_are_re_dispatched_and_run_once(broker_servi
                    what="five successes")
     for n in range(5):
         assert Effect.objects.filter(key=f"ship/{1000 + n}").count() == 1
-        assert [e for e, _ in events(f"ship/{1000 + n}")] == \
-            ["published", "redispatched", "claimed", "succeeded"]
+        assert [e for e, _ in events(f"ship/{1000 + n}")] == ["redispatched"]
+        assert job(f"ship/{1000 + n}").attempt == 1
 
 
 def test_warm_shutdown_leaves_no_claim_behind(worker):

@@ -44,7 +44,7 @@ def test_failed_only_goes_back_to_pending():
 
 
 def test_history_only_moves_change_no_state():
-    """duplicate and late_finish are recorded without a target state."""
+    """duplicate and late_finish have no target state: the row's state stays."""
     assert MOVES["duplicate"].target is None and MOVES["late_finish"].target is None
 
 
@@ -75,3 +75,16 @@ def test_applies_answers_from_the_table():
     assert applies("reset", "FAILED") and applies("reset", State.UNCERTAIN)
     assert not applies("reset", "SUCCEEDED") and not applies("resolved", "FAILED")
     assert MOVES["dead_lettered"].source_values() == ["PENDING", "RUNNING"]
+
+
+def test_the_history_keeps_what_the_job_row_cannot():
+    """The happy path and a replay record nothing (the row holds created, started,
+    finished, attempt and worker); retries, releases, take-overs, failures, operator
+    actions and late finishes are recorded; every move but the two that only touch a
+    timestamp is announced (the transition signal and its log line)."""
+    unrecorded = {m.event for m in MOVES.values() if not m.recorded}
+    assert unrecorded == {"published", "claimed", "succeeded", "duplicate", "heartbeat", "sent"}
+    for event in ("retry_scheduled", "released", "taken_over", "failed", "dead_lettered",
+                  "reset", "resolved", "late_finish", "attempt_lost", "uncertain"):
+        assert MOVES[event].recorded, event
+    assert {m.event for m in MOVES.values() if not m.announced} == {"heartbeat", "sent"}

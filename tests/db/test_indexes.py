@@ -1,0 +1,59 @@
+"""The job table keeps only the indexes a query needs, partial where the query names a
+state, and (PostgreSQL) leaves room on each page for a row's next version (migration 0006).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from celery_idem.models import Job
+
+pytestmark = pytest.mark.django_db
+
+#: Each index of the job table and the condition it keeps rows under ("" for all rows).
+EXPECTED = {
+    "celery_idem_job_lease_idx": "RUNNING",
+    "celery_idem_job_pending_idx": "PENDING",
+    "celery_idem_job_attention_idx": "FAILED",
+    "celery_idem_job_parent_idx": "parent_id",
+    "celery_idem_job_created_idx": "",
+    "celery_idem_job_task_idx": "",
+    "celery_idem_job_keyprefix_idx": "",
+    "celery_idem_job_task_id_idx": "",
+}
+
+
+def job_indexes() -> dict[str, str]:
+    """The job table's secondary indexes (not the primary key or the unique key) and their
+    definitions."""
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s",
+                           [table])
+        else:
+            cursor.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+                           "AND tbl_name = %s AND sql IS NOT NULL", [table])
+        found = dict(cursor.fetchall())
+    return {name: sql for name, sql in found.items()
+            if not name.endswith(("_pkey", "_key_uniq"))}
+
+
+def test_only_the_indexes_a_query_needs_partial_where_a_state_is_named():
+    found = job_indexes()
+    assert set(found) == set(EXPECTED)
+    for name, condition in EXPECTED.items():
+        where = found[name].split(" WHERE ", 1)[1] if " WHERE " in found[name] else ""
+        assert condition in where, (name, found[name])
+        assert bool(where) == bool(condition), (name, found[name])
+
+
+def test_job_pages_keep_room_for_the_next_row_version():
+    if connection.vendor != "postgresql":
+        pytest.skip("fillfactor is PostgreSQL's (other databases ignore it)")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s",
+                       [Job._meta.db_table])
+        (options,) = cursor.fetchone()
+    assert "fillfactor=70" in options
