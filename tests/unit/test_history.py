@@ -36,10 +36,15 @@ def test_a_row_state_the_history_cannot_reach_is_named() -> None:
     assert path_errors(lines, "SUCCEEDED") == ["the job is SUCCEEDED, not reachable from FAILED"]
 
 
-def test_unknown_and_unrecorded_events_are_named() -> None:
+def test_unknown_events_and_impossible_unrecorded_moves_are_named() -> None:
     lines = [("retry_scheduled", "RUNNING", "PENDING"), ("teleported", "PENDING", "PENDING"),
-             ("heartbeat", "PENDING", "PENDING"), ("succeeded", "RUNNING", "SUCCEEDED")]
-    errors = path_errors(lines, "SUCCEEDED")
-    assert errors[0] == "line 2: no move named 'teleported'"
-    assert errors[1].startswith("line 3: heartbeat is never recorded")
-    assert "line 4: succeeded is never recorded" in errors
+             ("heartbeat", "PENDING", "PENDING")]
+    assert path_errors(lines, "PENDING") == [
+        "line 2: no move named 'teleported'",
+        "line 3: heartbeat does not go from PENDING to PENDING"]
+
+
+def test_a_history_written_when_the_happy_path_recorded_stays_legal() -> None:
+    lines = [("published", None, "PENDING"), ("claimed", "PENDING", "RUNNING"),
+             ("succeeded", "RUNNING", "SUCCEEDED"), ("duplicate", "SUCCEEDED", "SUCCEEDED")]
+    assert path_errors(lines, "SUCCEEDED") == []
