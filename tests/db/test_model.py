@@ -249,14 +249,15 @@ class Model(RuleBasedStateMachine):
         won = self.won.setdefault(row.job_id, set())
         assert row.attempt not in won and all(a < row.attempt for a in won), won
         won.add(row.attempt)
-        row.state, row.task_id, row.lease, row.not_before = R, msg.task_id, now + \
-            timedelta(seconds=LEASE), None
-        row.updated = now
+        row.state, row.task_id, row.not_before, row.updated = R, msg.task_id, None, now
+        row.lease = now + timedelta(seconds=LEASE)
         attempt = Attempt(row, claim, worker)
         self.attempts.append(attempt)
-        # The runner's own limit (runner.Run.exhausted): past max_attempts, dead-letter.
-        if claim.attempt > MAX_ATTEMPTS and claim.attempts() > MAX_ATTEMPTS:
-            assert row.attempt - row.reset_at > MAX_ATTEMPTS
+        # The runner's own limit (runner.Run.exhausted): past max_attempts since the last
+        # reset, the claim dead-letters the key instead of running the body.
+        exhausted = claim.attempt > MAX_ATTEMPTS and claim.attempts() > MAX_ATTEMPTS
+        assert exhausted is (row.attempt - row.reset_at > MAX_ATTEMPTS)
+        if exhausted:
             assert claim.fail(RuntimeError("dead-lettered"), "dead_lettered", "dead-lettered")
             SEEN["claim past max_attempts dead-lettered"] += 1
             row.state, row.lease, attempt.done = F, None, True
