@@ -109,8 +109,10 @@ class GenericBackend(Backend):
         jobs = self._jobs().filter(guard, id=change.job_id)
         with transaction.atomic(using=self.alias):
             if move.target is None and not change.values:
-                # History only: the row is not written, only checked.
-                attempt = jobs.filter(state__in=move.source_values()).values_list(
+                # History only: the row is not written, only checked (in one of the
+                # move's sources, and in the state the line names).
+                attempt = jobs.filter(state__in=move.source_values()).filter(
+                    state=change.from_state).values_list(
                     "attempt", flat=True).first()
                 if attempt is None:
                     return None

@@ -197,7 +197,8 @@ class InMemoryBackend(Backend):
                                               dispatch_count=change.dispatch_count):
                 return None
             if move.target is None and not change.values:
-                if job.state not in move.sources:
+                # In one of the move's sources, and in the state the line names.
+                if job.state not in move.sources or job.state != change.from_state:
                     return None
                 attempt = job.attempt if change.attempt is None else change.attempt
             else:

@@ -110,12 +110,13 @@ SELECT attempt FROM moved
 )
 
 -- name: record
--- A move that only appends a history line: the row is checked, not written.
+-- A move that only appends a history line: the row is checked, not written. It must be
+-- in the state the line names (a late finish may find any state), so the line is true.
 {history_insert}
 SELECT id, %(event)s, %(from_state)s, %(from_state)s, COALESCE(%(attempt)s, attempt),
        %(worker)s, %(task_id)s, %(reason)s, %(actor)s, %(now)s
 FROM {job}
-WHERE id = %(id)s AND state = ANY(%(sources)s) AND {guard}
+WHERE id = %(id)s AND state = ANY(%(sources)s) AND state = %(from_state)s AND {guard}
 RETURNING attempt
 
 -- name: move_batch

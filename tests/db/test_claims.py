@@ -12,6 +12,7 @@ from freezegun import freeze_time
 from celery_idem import claims
 from celery_idem.backends import Change
 from celery_idem.errors import ClaimLost, KeyMismatch
+from celery_idem.history import path_errors
 from celery_idem.models import Job, Transition
 from celery_idem.producer import write_intent
 from celery_idem.states import State
@@ -123,6 +124,22 @@ class TestCommitAndFencing:
         acquire(make_intent(), task_id="task-2")
         assert not zombie.fail(ValueError("late"))
         assert Job.objects.get(key="k1").state == "RUNNING"
+
+    def test_a_late_finish_names_the_state_the_job_is_in(self, backend, make_intent):
+        """Regression (found by tests/db/test_model.py): a zombie finishing after its claim
+        was handed back recorded ``late_finish RUNNING -> RUNNING`` on a PENDING job, a
+        history that is no path through the move table. The line names the job's state."""
+        write_intent(make_intent(), "task-1")
+        _, zombie = acquire(make_intent())
+        job = Job.objects.get(key="k1")
+        assert backend.apply(Change(job.id, "released", State.RUNNING, attempt=1,
+                                    values={"lease_expires_at": None}), timezone.now())
+        assert not zombie.succeed("late")
+        assert events()[-1] == ("late_finish", "PENDING", "PENDING", 1)
+        lines = [e[:3] for e in events()]
+        assert path_errors(lines, Job.objects.get(key="k1").state) == []
+        job.delete()
+        assert not zombie.fail(ValueError("after forget"))  # no row: nothing to record
 
     def test_atomic_zombie_commit_rolls_back_its_writes(self, backend, make_intent):
         """Attempt 1 commits after attempt 2 claimed: its body's writes roll back."""
