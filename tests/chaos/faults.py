@@ -165,6 +165,10 @@ class Injector(threading.Thread):
 
         assert self.redis is not None
         client = redis_client.Redis(port=self.redis.port)
+        try:  # strike while a backlog waits in the queue (publishing comes in bursts)
+            wait_for(lambda: client.llen(self.queue) >= 8, 15, "a backlog", 0.01)
+        except TimeoutError:
+            pass
         queued = client.llen(self.queue)
         unacked = client.hlen("unacked")
         client.close()

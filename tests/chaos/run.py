@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import logging
+import math
 import os
 import random
 import signal
@@ -41,6 +42,7 @@ from tests.chaos.servers import Postgres, Redis, free_port  # noqa: E402
 
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
 KINDS = ("atomic", "charge", "count")
+BURST = 3.0
 #: The recovery settings of the run (docs/operations.md): short leases and timeouts, so a
 #: frozen or killed attempt is taken over, and a lost message re-sent, within a small run.
 LEASE = 6
@@ -104,8 +106,11 @@ def publish(args: argparse.Namespace, rng: random.Random, folder: Path, provider
     start = time.monotonic()
     due: list[tuple[float, int, int]] = []  # (when, job number, copy)
     holds = [round(rng.uniform(0.02, args.hold), 3) for _ in range(args.jobs)]
+    # Orders come in bursts every BURST seconds, so the queue holds a backlog for a moment
+    # (a Redis restart then has queued messages to lose).
+    per_burst = max(1, math.ceil(args.jobs * BURST / args.duration))
     for n in range(args.jobs):
-        first = n * args.duration / args.jobs
+        first = (n // per_burst) * BURST + rng.uniform(0, 0.2)
         copies = [first, first + rng.uniform(0, 2 * holds[n])]  # some meet the running one
         if rng.random() < 0.3:
             copies.append(first + rng.uniform(0, 10))
