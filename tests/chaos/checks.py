@@ -28,7 +28,8 @@ def _execution_explained(run: dict[str, Any], next_start: float, faults: list[Fa
     """The kind of a fault that hit this execution while it ran ('' if none did): it
     struck after the execution started and before the key's next execution started, and
     it hit the execution's process (a kill or a freeze) or every process (a restart)."""
-    for fault in faults:
+    # A fault aimed at this very process explains it better than a restart of a server.
+    for fault in sorted(faults, key=lambda f: not f.pids):
         if run["t"] <= fault.at <= next_start and (not fault.pids or run["pid"] in fault.pids):
             return fault.kind
     return ""

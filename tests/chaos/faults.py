@@ -15,6 +15,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class Injector(threading.Thread):
 
     def __init__(self, plan: list[tuple[float, str]], rng: random.Random, fleet: Fleet,
                  postgres: Postgres, redis: Redis | None, folder: Path, lease: float,
-                 queue: str) -> None:
+                 queue: str, canaries: Callable[[], list[tuple[str, list[str]]]]) -> None:
         super().__init__(name="chaos-faults", daemon=True)
         self.plan = plan
         self.rng = rng
@@ -58,6 +59,7 @@ class Injector(threading.Thread):
         self.folder = folder
         self.lease = lease
         self.queue = queue
+        self.canaries = canaries
         self.faults: list[Fault] = []
         self.skipped: list[str] = []
         self.errors: list[str] = []
@@ -84,6 +86,8 @@ class Injector(threading.Thread):
         """Pool children running an attempt of one of ``kinds``: (pid, its marker)."""
         busy = []
         for pid in self.fleet.children():
+            if not alive(pid):
+                continue  # killed, not reaped yet by its worker
             try:
                 marker = json.loads(Path(self.folder, "running", str(pid)).read_text())
             except (FileNotFoundError, ValueError):
@@ -169,9 +173,26 @@ class Injector(threading.Thread):
             wait_for(lambda: client.llen(self.queue) >= 8, 15, "a backlog", 0.01)
         except TimeoutError:
             pass
-        queued = client.llen(self.queue)
+        # Keys published now queue behind the backlog (workers take the oldest first),
+        # so the crash loses every message of theirs: only a re-send can run them.
+        canaries = self.canaries()
+        queued = client.lrange(self.queue, 0, -1)
         unacked = client.hlen("unacked")
-        client.close()
         at = time.time()
-        self.redis.restart()
-        return Fault("redis_restart", at, [], {"queued_lost": queued, "unacked_lost": unacked})
+        self.redis.crash()
+        client.close()
+        self.redis.start()
+        text = b"".join(queued)
+        whole = [key for key, ids in canaries if all(i.encode() in text for i in ids)]
+        return Fault("redis_restart", at, [], {"queued_lost": len(queued),
+                                               "unacked_lost": unacked,
+                                               "keys_with_every_message_lost": whole})
+
+
+def alive(pid: int) -> bool:
+    """Running or sleeping: not dead and waiting to be reaped (nor stopped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X", "T")

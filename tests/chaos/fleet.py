@@ -143,7 +143,10 @@ class Fleet:
         for process in everything:
             if process.alive():
                 assert process.process is not None
-                os.killpg(process.pid, signal.SIGCONT)
+                try:
+                    os.killpg(process.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
                 process.process.send_signal(signal.SIGTERM)
         for process in everything:
             process.stop()

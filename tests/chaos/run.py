@@ -17,11 +17,10 @@ stops everything and checks (``checks.py``); the exit status is 1 if a check fai
 from __future__ import annotations
 
 import argparse
-import heapq
 import logging
-import math
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -36,13 +35,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.chaos.checks import collect, markdown  # noqa: E402
-from tests.chaos.faults import Injector, schedule  # noqa: E402
+from tests.chaos.faults import Fault, Injector, schedule  # noqa: E402
 from tests.chaos.fleet import Fleet  # noqa: E402
+from tests.chaos.publisher import KINDS, Publisher  # noqa: E402
 from tests.chaos.servers import Postgres, Redis, free_port  # noqa: E402
 
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
-KINDS = ("atomic", "charge", "count")
-BURST = 3.0
 #: The recovery settings of the run (docs/operations.md): short leases and timeouts, so a
 #: frozen or killed attempt is taken over, and a lost message re-sent, within a small run.
 LEASE = 6
@@ -92,56 +90,6 @@ def configure(args: argparse.Namespace, folder: Path, pg_port: int, broker: str,
     import django_app.celery  # noqa: F401  (the app the tasks publish with)
     import django_app.effects.tasks  # noqa: F401
     return dict(os.environ)
-
-
-def publish(args: argparse.Namespace, rng: random.Random, folder: Path, provider_url: str,
-            injector: Injector, log: list[str]) -> tuple[dict[str, str], Counter[str]]:
-    """Publish every key two or three times, paced over the duration; (key -> kind,
-    counts of copies sent and publishes that failed and were tried again)."""
-    from django.db import connections
-
-    from django_app.effects.chaos_tasks import chaos_atomic, chaos_charge, chaos_count
-
-    tasks = {"atomic": chaos_atomic, "charge": chaos_charge, "count": chaos_count}
-    start = time.monotonic()
-    due: list[tuple[float, int, int]] = []  # (when, job number, copy)
-    holds = [round(rng.uniform(0.02, args.hold), 3) for _ in range(args.jobs)]
-    # Orders come in bursts every BURST seconds, so the queue holds a backlog for a moment
-    # (a Redis restart then has queued messages to lose).
-    per_burst = max(1, math.ceil(args.jobs * BURST / args.duration))
-    for n in range(args.jobs):
-        first = (n // per_burst) * BURST + rng.uniform(0, 0.2)
-        copies = [first, first + rng.uniform(0, 2 * holds[n])]  # some meet the running one
-        if rng.random() < 0.3:
-            copies.append(first + rng.uniform(0, 10))
-        for copy, when in enumerate(copies):
-            heapq.heappush(due, (when, n, copy))
-    published: dict[str, str] = {}
-    counts: Counter[str] = Counter()
-    last_status = start
-    while due:
-        when, n, copy = heapq.heappop(due)
-        wait = start + when - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)  # pacing the load, not synchronisation
-        kind = KINDS[n % 3]
-        call = (n, str(folder), holds[n]) + ((provider_url,) if kind == "charge" else ())
-        try:
-            tasks[kind].apply_async(args=call)
-        except Exception as exc:  # PostgreSQL or the broker restarting: send it again soon
-            counts["publish errors"] += 1
-            log.append(f"publish {kind} {n}: {type(exc).__name__}: {exc}"[:300])
-            connections.close_all()
-            heapq.heappush(due, (time.monotonic() - start + 0.5, n, copy))
-            continue
-        published[f"chaos/{kind}/{n}"] = kind
-        counts["copies sent"] += 1
-        if time.monotonic() - last_status > 10:
-            last_status = time.monotonic()
-            print(f"  {time.monotonic() - start:5.0f}s published {len(published)} keys, "
-                  f"{counts['copies sent']} copies; faults so far {len(injector.faults)}",
-                  flush=True)
-    return published, counts
 
 
 def drain(timeout: float, keys: set[str]) -> float:
@@ -206,15 +154,19 @@ def main(argv: list[str] | None = None) -> int:
                       args.concurrency)
         stack.callback(fleet.stop)
         fleet.start()
+        publisher = Publisher(args.jobs, args.duration, args.hold, rng, folder, provider.url)
         injector = Injector(schedule(rng, args.duration, redis is not None), rng, fleet,
-                            postgres, redis, folder, LEASE, queue)
+                            postgres, redis, folder, LEASE, queue, publisher.canaries)
         stack.callback(injector.stopping.set)
         setup = time.monotonic() - began
         print(f"setup {setup:.0f}s; logs in {folder}", flush=True)
         injector.start()
-        log: list[str] = []
-        published, counts = publish(args, rng, folder, provider.url, injector, log)
+        publisher.run(lambda t: print(
+            f"  {t:5.0f}s published {len(publisher.published)} keys, "
+            f"{publisher.counts['copies sent']} copies; faults so far {len(injector.faults)}",
+            flush=True))
         injector.join(timeout=args.drain_timeout)
+        published, counts, log = publisher.published, publisher.counts, publisher.log
         drained = drain(args.drain_timeout, set(published))
         fleet.stop()
         checks, figures = collect(published, provider.provider, folder, injector.faults)
@@ -223,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     title = {"command": "tests/chaos/run.py " + " ".join(argv or sys.argv[1:]),
              "seed": seed, "broker": f"{args.broker}, PostgreSQL 15",
              "workers": f"{args.workers} prefork x {args.concurrency} (+ replacements)",
-             "jobs": f"{args.jobs} ({', '.join(KINDS)})",
+             "jobs": f"{len(published)} ({', '.join(KINDS)})",
              "messages published": f"{counts['copies sent']} "
                                    f"({counts['publish errors']} publishes failed, sent again)",
+             **redis_figures(injector.faults),
              "recovery moves in the histories": ", ".join(
                  f"{event} {n}" for event, n in figures["events"].items()) or "none",
              "provider requests / charges": f"{figures['provider requests']} / "
@@ -249,8 +202,22 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"FAILED faults never injected: {sorted(missing)}")
     ok = not failed and not injector.errors and not missing
-    print("\nchaos: " + ("every check passed" if ok else "FAILED"))
+    if ok:
+        shutil.rmtree(folder, ignore_errors=True)
+    print("\nchaos: " + ("every check passed" if ok else f"FAILED (logs in {folder})"))
     return 0 if ok else 1
+
+
+def redis_figures(faults: list[Fault]) -> dict[str, str]:
+    restarts = [f.detail for f in faults if f.kind == "redis_restart"]
+    if not restarts:
+        return {}
+    whole = sum(len(d["keys_with_every_message_lost"]) for d in restarts)
+    return {"Redis restarts: messages dropped":
+            f"{sum(d['queued_lost'] for d in restarts)} queued, "
+            f"{sum(d['unacked_lost'] for d in restarts)} unacked; {whole} keys lost every "
+            "message (published just before the crash), so only recovery's re-send from the "
+            "stored envelope could run them"}
 
 
 def delete_queues(names: list[str]) -> None:
