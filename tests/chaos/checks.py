@@ -98,7 +98,8 @@ def collect(published: dict[str, str], provider: Any, folder: Path,
     for j in jobs.values():
         errors = path_errors(lines[j.id], j.state)
         if errors:
-            illegal.append(f"{j.key}: {errors[0]}")
+            path = " ".join(f"{e}({a or '-'}->{b})" for e, a, b in lines[j.id])
+            illegal.append(f"{j.key} {j.state}: {errors[0]}; history: {path}")
 
     count_keys = [k for k, kind in published.items() if kind == "count"]
     repeats, by_kind, unexplained, missing = counter_repeats(

@@ -134,14 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     wall_start = time.time()
     with ExitStack() as stack:
         postgres = Postgres(Path(tempfile.mkdtemp(prefix=f"chaos-pg-{run_id}-")),
-                            free_port(55432)).start()
-        stack.callback(postgres.stop)
+                            free_port(55432))
+        stack.callback(postgres.stop)  # registered first: a failed start is cleaned too
+        postgres.start()
         postgres.createdb("chaos")
         queue = f"chaos-{run_id}"
         redis = None
         if args.broker == "redis":
-            redis = Redis(folder / "redis", free_port(63790)).start()
+            redis = Redis(folder / "redis", free_port(63790))
             stack.callback(redis.stop)
+            redis.start()
             broker = f"redis://127.0.0.1:{redis.port}/0"
         else:
             broker = RABBITMQ
