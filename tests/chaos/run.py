@@ -93,7 +93,8 @@ def configure(args: argparse.Namespace, folder: Path, pg_port: int, broker: str,
 
 
 def drain(timeout: float, keys: set[str]) -> float:
-    """Wait until every key is finished, running a recovery pass every 2 s; seconds taken."""
+    """Wait until no job is PENDING or RUNNING, running a recovery pass every 2 s;
+    seconds taken."""
     from django.db import connections
 
     from celery_idem.models import Job
@@ -109,7 +110,9 @@ def drain(timeout: float, keys: set[str]) -> float:
             print(f"  drain: {type(exc).__name__}: {exc}", flush=True)
             connections.close_all()
             done, unfinished = -1, -1
-        if done == len(keys) and unfinished == 0:
+        if unfinished == 0 and done >= 0:
+            # Every job is SUCCEEDED, or FAILED / UNCERTAIN / EXPIRED, where it stays
+            # without an operator: nothing more can happen (the checks say which).
             return time.monotonic() - start
         print(f"  drain {time.monotonic() - start:4.0f}s: {done}/{len(keys)} succeeded, "
               f"{unfinished} unfinished", flush=True)
