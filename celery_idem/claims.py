@@ -159,23 +159,10 @@ class Claim:
 
     def _late(self, what: str) -> None:
         """Record that this fenced-out attempt finished anyway; the newer attempt stands.
-
-        The line names the state the row is in (whatever the newer attempt or an operator
-        made it), so the history stays a path through the move table; the write is
-        conditional on that state, read again if the row moved meanwhile."""
-        reason = f"attempt {self.attempt} {what} after losing its claim; not recorded"
-        for _ in range(CLAIM_TRIES):
-            found = retrying(self.backend, lambda: self.backend.state_of(self.job_id),
-                             COMMIT_BACKOFF)
-            if found is None:
-                return  # forgotten: there is no history left to add to
-            if self._record(Change(self.job_id, "late_finish", found[0], attempt=self.attempt,
-                                   worker=self.worker, task_id=self.task_id, reason=reason)):
-                return
-
-    def _record(self, change: Change) -> bool:
-        return retrying(self.backend, lambda: self.backend.apply(change, timezone.now()),
-                        COMMIT_BACKOFF)
+        The line names the state the row is in, whatever made it so (the backends read
+        it in the statement), so the history stays a path through the move table."""
+        self._move("late_finish",
+                   f"attempt {self.attempt} {what} after losing its claim; not recorded")
 
     def succeed(self, result: Any) -> bool:
         """Store ``result``. False (and a late_finish line) if a newer attempt owns the key."""

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery.exceptions import Ignore, Reject, Retry
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from . import claims
@@ -111,6 +111,7 @@ class Run:
 
     def atomic(self) -> Any:
         using = atomic_alias(self.task)
+        committing = False  # the body returned: what fails from here on is the database
         try:
             with claims.job_transaction(using):
                 outcome, claim = self.acquire()
@@ -124,6 +125,7 @@ class Run:
                         replaced = exc  # commit the body's writes and the hand-over
                     else:
                         storable(result)
+                        committing = True
                         if not claim.succeed(result):
                             raise ClaimLost(
                                 f"attempt {claim.attempt} lost its claim; its writes roll back")
@@ -145,6 +147,10 @@ class Run:
             # commit landed: the message comes back and claims, or replays, once more.
             return self.wait(exc)
         except Exception as exc:
+            if committing and isinstance(exc, (OperationalError, InterfaceError)):
+                # The commit failed with its connection (a database restart): its outcome
+                # is unknown, as above, and the body did not fail. Found by the chaos suite.
+                return self.wait(PersistenceError(f"the job database failed: {exc}"))
             error = exc
             self.record_rolled_back(lambda c: c.fail(error))
             raise

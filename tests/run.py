@@ -8,9 +8,9 @@ broker and queue):
 
 1. sqlite: no services: unit tests, database tests on SQLite, the admin in a real
    browser, and real worker processes on kombu's filesystem transport.
-2. postgres+redis: database tests on PostgreSQL, workers on Redis, and every benchmark
-   at a tiny size (so the scripts in bench/ cannot rot).
-3. postgres+rabbitmq: workers on RabbitMQ.
+2. postgres+redis: database tests on PostgreSQL, workers on Redis, every benchmark
+   at a tiny size (so the scripts in bench/ cannot rot), and the chaos suite small.
+3. postgres+rabbitmq: workers on RabbitMQ, and the chaos suite small.
 
 Tiers 2 and 3 need PostgreSQL, Redis and RabbitMQ on 127.0.0.1. Without them they are
 skipped, except in CI (``CI=true``), where a missing service fails the run.
@@ -44,9 +44,10 @@ TIERS = [
      ["tests/unit", "tests/db", "tests/browser", "tests/integration"], []),
     ("postgres+redis", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": f"{REDIS}/0",
                         "IDEM_RESULTS": f"{REDIS}/1"},
-     ["tests/db", "tests/integration", "tests/bench"], ["postgres", "redis", "rabbitmq"]),
+     ["tests/db", "tests/integration", "tests/bench", "tests/chaos"],
+     ["postgres", "redis", "rabbitmq"]),
     ("postgres+rabbitmq", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": RABBITMQ,
-                           "IDEM_RESULTS": f"{REDIS}/1"}, ["tests/integration"],
+                           "IDEM_RESULTS": f"{REDIS}/1"}, ["tests/integration", "tests/chaos"],
      ["postgres", "rabbitmq", "redis"]),
 ]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

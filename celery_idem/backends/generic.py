@@ -42,9 +42,9 @@ class GenericBackend(Backend):
         return JobRow.from_values(values) if values else None
 
     def _history(self, job_id: int, change: Change, to_state: State, attempt: int,
-                 now: datetime) -> None:
+                 now: datetime, from_state: State | None = None) -> None:
         Transition.objects.using(self.alias).create(
-            job_id=job_id, event=change.event, from_state=change.from_state,
+            job_id=job_id, event=change.event, from_state=from_state or change.from_state,
             to_state=to_state, attempt=attempt, worker=change.worker,
             task_id=change.task_id, reason=change.reason, actor=change.actor, at=now,
         )
@@ -109,14 +109,17 @@ class GenericBackend(Backend):
         jobs = self._jobs().filter(guard, id=change.job_id)
         with transaction.atomic(using=self.alias):
             if move.target is None and not change.values:
-                # History only: the row is not written, only checked (in one of the
-                # move's sources, and in the state the line names).
-                attempt = jobs.filter(state__in=move.source_values()).filter(
-                    state=change.from_state).values_list(
-                    "attempt", flat=True).first()
-                if attempt is None:
+                # History only: the row is not written, only checked (and locked where
+                # the database can); the line says the state the row is in.
+                found = jobs.filter(state__in=move.source_values()).select_for_update() \
+                    .values_list("attempt", "state").first()
+                if found is None:
                     return None
-                attempt = change.attempt if change.attempt is not None else attempt
+                attempt = change.attempt if change.attempt is not None else found[0]
+                if move.recorded:
+                    self._history(change.job_id, change, State(found[1]), attempt, now,
+                                  from_state=State(found[1]))
+                return int(attempt)
             else:
                 if not jobs.filter(state=change.from_state).update(
                         state=change.to_state, updated_at=now, **change.values):

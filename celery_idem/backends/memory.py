@@ -130,9 +130,13 @@ class InMemoryBackend(Backend):
         return next((j for j in self.jobs.values()
                      if (j.namespace, j.key) == (intent.namespace, intent.key)), None)
 
-    def _line(self, job: MemoryJob, change: Change, attempt: int, now: datetime) -> None:
+    def _line(self, job: MemoryJob, change: Change, attempt: int, now: datetime,
+              unchanged: bool = False) -> None:
+        # A move that changes no state records the state the job is in.
+        source, target = (job.state, job.state) if unchanged else (change.from_state,
+                                                                   change.to_state)
         self.history.append(HistoryLine(
-            job.id, change.event, change.from_state, change.to_state, attempt, change.worker,
+            job.id, change.event, source, target, attempt, change.worker,
             change.task_id, change.reason, change.actor, now))
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
@@ -197,10 +201,13 @@ class InMemoryBackend(Backend):
                                               dispatch_count=change.dispatch_count):
                 return None
             if move.target is None and not change.values:
-                # In one of the move's sources, and in the state the line names.
-                if job.state not in move.sources or job.state != change.from_state:
+                # In one of the move's sources; the line says the state the job is in.
+                if job.state not in move.sources:
                     return None
                 attempt = job.attempt if change.attempt is None else change.attempt
+                if move.recorded:
+                    self._line(job, change, attempt, now, unchanged=True)
+                return attempt
             else:
                 if job.state != change.from_state:
                     return None

@@ -110,13 +110,16 @@ SELECT attempt FROM moved
 )
 
 -- name: record
--- A move that only appends a history line: the row is checked, not written. It must be
--- in the state the line names (a late finish may find any state), so the line is true.
+-- A move that only appends a history line: the row is checked, not written. The line
+-- says the state the row is in (a late finish meets SUCCEEDED as often as RUNNING), and
+-- FOR SHARE waits for a write in flight (an atomic claim, a commit) and re-checks the
+-- row it left, so the line follows that write in the history, or matches nothing.
 {history_insert}
-SELECT id, %(event)s, %(from_state)s, %(from_state)s, COALESCE(%(attempt)s, attempt),
+SELECT id, %(event)s, state, state, COALESCE(%(attempt)s, attempt),
        %(worker)s, %(task_id)s, %(reason)s, %(actor)s, %(now)s
 FROM {job}
-WHERE id = %(id)s AND state = ANY(%(sources)s) AND state = %(from_state)s AND {guard}
+WHERE id = %(id)s AND state = ANY(%(sources)s) AND {guard}
+FOR SHARE
 RETURNING attempt
 
 -- name: move_batch

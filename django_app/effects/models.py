@@ -33,3 +33,12 @@ class StockDeduction(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["order_id", "sku"], name="effects_deduction_once"),
         ]
+
+
+class ChaosWrite(models.Model):
+    """The chaos suite's atomic effect: one row per job, written in the job's transaction."""
+
+    key = models.CharField(max_length=255, db_index=True)
+    attempt = models.PositiveIntegerField()
+    pid = models.IntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)

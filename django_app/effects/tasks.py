@@ -280,4 +280,5 @@ def retries_twice(self, n, first_countdown=0):
     raise self.retry(exc=RuntimeError(f"attempt {self.attempt}"), countdown=countdown)
 
 
+from .chaos_tasks import *  # noqa: E402,F403  (the chaos suite's tasks, tests/chaos)
 from .path_tasks import *  # noqa: E402,F403  (registered with the other test tasks)

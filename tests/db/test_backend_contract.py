@@ -121,6 +121,27 @@ def test_fenced_moves_lose_to_a_newer_attempt(store):
     assert history(store, job.id)[-1] == ("late_finish", State.RUNNING, State.RUNNING, 1)
 
 
+def test_a_late_finish_after_the_newer_attempt_succeeded_records_the_state_it_met(store):
+    """Found by the chaos suite: a zombie resumed after its take-over had already
+    succeeded recorded its late finish as RUNNING -> RUNNING after the job's SUCCEEDED,
+    a history that is no path through the move table. The line says the job's state."""
+    from celery_idem.history import path_errors
+
+    past = timezone.now() - timedelta(minutes=5)
+    job = store.publish(intent(), "t-0", past).row
+    store.claim("claimed", intent(), claimant(now=past, lease=60))
+    store.claim("taken_over", intent(), claimant("t-2"))
+    now = timezone.now()
+    assert store.apply(Change(job.id, "succeeded", State.RUNNING, attempt=2,
+                              values={"result": 2}), now)
+    assert not store.apply(Change(job.id, "succeeded", State.RUNNING, attempt=1,
+                                  values={"result": 1}), now)
+    assert store.apply(Change(job.id, "late_finish", State.RUNNING, attempt=1), now)
+    lines = history(store, job.id)
+    assert lines[-1] == ("late_finish", State.SUCCEEDED, State.SUCCEEDED, 1)
+    assert path_errors([line[:3] for line in lines], State.SUCCEEDED) == []
+
+
 def test_the_table_refuses_what_it_does_not_allow(store):
     job = store.publish(intent(), "t-0", timezone.now()).row
     now = timezone.now()

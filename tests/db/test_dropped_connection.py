@@ -82,3 +82,33 @@ def test_a_database_that_stays_down_at_claim_still_fails_closed(backend, monkeyp
     outcome = run(ship_order, 34)
     assert isinstance(outcome.result, PersistenceError)
     assert not Effect.objects.filter(key="ship/34").exists()
+
+
+def test_an_atomic_commit_lost_with_its_connection_is_not_the_bodys_failure(monkeypatch):
+    """Found by the chaos suite (a PostgreSQL restart): an atomic body returned, then its
+    transaction's commit failed with the connection. The key was recorded FAILED with
+    the OperationalError, though the body never failed; every duplicate replayed that
+    failure. Now the outcome is unknown, as for any dropped bookkeeping: the message
+    waits and comes back, and the key runs once."""
+    from django.db import connection
+
+    from celery_idem.errors import PersistenceError
+    from django_app.effects.tasks import deduct_stock
+
+    real, calls = connection._commit, []
+
+    def dropped():
+        calls.append(1)
+        if len(calls) == 1:
+            connection.connection.rollback()  # the commit never lands
+            raise OperationalError("server closed the connection unexpectedly")
+        return real()
+
+    monkeypatch.setattr(connection, "_commit", dropped)
+    with pytest.raises(PersistenceError):
+        run(deduct_stock, 8, 9, 1).get()
+    assert not Job.objects.filter(key="deduct/8/9", state="FAILED").exists()
+    assert not Effect.objects.filter(key="deduct/8/9").exists()
+    assert run(deduct_stock, 8, 9, 1).get()["deducted"] == 1
+    assert Job.objects.get(key="deduct/8/9").state == "SUCCEEDED"
+    assert Effect.objects.filter(key="deduct/8/9").count() == 1

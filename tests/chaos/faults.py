@@ -1,0 +1,198 @@
+"""The faults: a seeded schedule of kinds and moments, run on a thread of the driver.
+
+Kinds: ``kill_child`` (SIGKILL a busy pool child), ``kill_worker`` (SIGKILL a whole worker,
+then start a replacement), ``zombie`` (SIGSTOP a pool child running a non-atomic attempt
+until recovery hands its claim to a new attempt, then SIGCONT: its late commit must lose),
+``pg_restart`` (``pg_ctl restart -m fast``), ``redis_restart`` (SIGKILL the broker's Redis,
+which keeps nothing on disk, and start it again: the queue is gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .fleet import Fleet
+from .servers import Postgres, Redis, wait_for
+
+
+@dataclass
+class Fault:
+    kind: str
+    at: float                     # time.time() when it struck
+    pids: list[int] = field(default_factory=list)  # the processes it hit; empty: all
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def schedule(rng: random.Random, duration: float, redis: bool) -> list[tuple[float, str]]:
+    """(seconds after the start, kind), in order: every kind at least once, more in
+    longer runs, at random moments between 10% and 90% of the publishing window."""
+    counts = {"kill_child": max(3, int(duration // 8)), "kill_worker": max(2, int(duration // 25)),
+              "zombie": max(1, int(duration // 60)), "pg_restart": max(1, int(duration // 90))}
+    if redis:
+        counts["redis_restart"] = max(1, int(duration // 90))
+    plan = [(rng.uniform(0.1, 0.9) * duration, kind)
+            for kind, n in counts.items() for _ in range(n)]
+    return sorted(plan)
+
+
+class Injector(threading.Thread):
+    """Runs the schedule; ``faults`` is the log of what struck (and ``errors``)."""
+
+    def __init__(self, plan: list[tuple[float, str]], rng: random.Random, fleet: Fleet,
+                 postgres: Postgres, redis: Redis | None, folder: Path, lease: float,
+                 queue: str, canaries: Callable[[], list[tuple[str, list[str]]]]) -> None:
+        super().__init__(name="chaos-faults", daemon=True)
+        self.plan = plan
+        self.rng = rng
+        self.fleet = fleet
+        self.postgres = postgres
+        self.redis = redis
+        self.folder = folder
+        self.lease = lease
+        self.queue = queue
+        self.canaries = canaries
+        self.faults: list[Fault] = []
+        self.skipped: list[str] = []
+        self.errors: list[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        for offset, kind in self.plan:
+            if self.stopping.wait(max(0.0, start + offset - time.monotonic())):
+                return
+            try:
+                fault = getattr(self, kind)()
+            except Exception as exc:  # reported and failed by the checks, never hidden
+                self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+                continue
+            if fault is None:
+                self.skipped.append(kind)
+            else:
+                self.faults.append(fault)
+
+    # -- targets ---------------------------------------------------------------------
+
+    def _busy(self, kinds: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
+        """Pool children running an attempt of one of ``kinds``: (pid, its marker)."""
+        busy = []
+        for pid in self.fleet.children():
+            if not alive(pid):
+                continue  # killed, not reaped yet by its worker
+            try:
+                marker = json.loads(Path(self.folder, "running", str(pid)).read_text())
+            except (FileNotFoundError, ValueError):
+                continue
+            if marker["kind"] in kinds:
+                busy.append((pid, marker))
+        return busy
+
+    def _pick_busy(self, kinds: tuple[str, ...], timeout: float = 10.0):
+        """A random busy child, waiting up to ``timeout`` for one (None: none was busy)."""
+        try:
+            found = wait_for(lambda: self._busy(kinds), timeout, "a busy pool child", 0.02)
+        except TimeoutError:
+            return None
+        return self.rng.choice(sorted(found, key=lambda b: b[0]))
+
+    # -- the faults --------------------------------------------------------------------
+
+    def kill_child(self) -> Fault | None:
+        picked = self._pick_busy(("atomic", "charge", "count"))
+        if picked is None:
+            return None
+        pid, marker = picked
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return None
+        return Fault("kill_child", time.time(), [pid], {"key": marker["key"]})
+
+    def kill_worker(self) -> Fault:
+        with self.fleet.lock:
+            victim = self.rng.choice(self.fleet.workers)
+        pids = [victim.pid, *victim.children()]
+        victim.kill()
+        fault = Fault("kill_worker", time.time(), pids, {"worker": victim.name})
+        self.fleet.replace(victim)
+        return fault
+
+    def zombie(self) -> Fault | None:
+        """Freeze a child past its lease; resume it once its claim was taken over."""
+        from celery_idem.models import Job
+
+        picked = self._pick_busy(("charge", "count"))
+        if picked is None:
+            return None
+        pid, marker = picked
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return None
+        fault = Fault("zombie", time.time(), [pid], dict(marker))
+        try:
+            def taken_over() -> bool:
+                try:
+                    return Job.objects.get(key=marker["key"]).attempt > marker["attempt"]
+                except Exception:  # PostgreSQL may be restarting: ask again
+                    from django.db import connections
+                    connections.close_all()
+                    return False
+            wait_for(taken_over, self.lease * 4 + 60, f"a take-over of {marker['key']}", 0.2)
+            fault.detail["taken_over"] = True
+        except TimeoutError:
+            fault.detail["taken_over"] = False
+        finally:
+            fault.detail["frozen_for"] = round(time.time() - fault.at, 1)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        return fault
+
+    def pg_restart(self) -> Fault:
+        at = time.time()
+        self.postgres.restart()
+        return Fault("pg_restart", at, [], {"down_for": round(time.time() - at, 1)})
+
+    def redis_restart(self) -> Fault:
+        import redis as redis_client
+
+        assert self.redis is not None
+        client = redis_client.Redis(port=self.redis.port)
+        try:  # strike while a backlog waits in the queue (publishing comes in bursts)
+            wait_for(lambda: client.llen(self.queue) >= 8, 15, "a backlog", 0.01)
+        except TimeoutError:
+            pass
+        # Keys published now queue behind the backlog (workers take the oldest first),
+        # so the crash loses every message of theirs: only a re-send can run them.
+        canaries = self.canaries()
+        queued = client.lrange(self.queue, 0, -1)
+        unacked = client.hlen("unacked")
+        at = time.time()
+        self.redis.crash()
+        client.close()
+        self.redis.start()
+        text = b"".join(queued)
+        whole = [key for key, ids in canaries if all(i.encode() in text for i in ids)]
+        return Fault("redis_restart", at, [], {"queued_lost": len(queued),
+                                               "unacked_lost": unacked,
+                                               "keys_with_every_message_lost": whole})
+
+
+def alive(pid: int) -> bool:
+    """Running or sleeping: not dead and waiting to be reaped (nor stopped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X", "T")

@@ -1,0 +1,54 @@
+"""The chaos suite, small (CI): tests/chaos/run.py on this tier's broker, in a process
+of its own (it starts its own PostgreSQL cluster and, on Redis, its own Redis). It must
+exit 0: nothing lost, nothing doubled, every repeat of the non-idempotent effect matched
+to a fault, every history a path through the move table. Its report is printed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import require_service
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Small enough for CI (about two minutes per broker on 2 cores), large enough that every
+#: kind of fault strikes and takes over running attempts.
+SMALL = ["--jobs", "240", "--duration", "60"]
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def _broker() -> str:
+    scheme = urlparse(settings.CELERY_BROKER_URL).scheme
+    if settings.DATABASE_KIND != "postgres" or scheme not in ("redis", "amqp", "pyamqp"):
+        pytest.skip("the chaos suite runs on the PostgreSQL + Redis and PostgreSQL + "
+                    "RabbitMQ tiers (it restarts its own PostgreSQL cluster)")
+    if not (PG_BIN / "initdb").exists():
+        pytest.fail(f"the chaos suite needs PostgreSQL 15's server binaries in {PG_BIN}")
+    if scheme == "redis":
+        return "redis"
+    require_service("rabbitmq")
+    return "rabbitmq"
+
+
+def test_small_chaos_run_loses_and_doubles_nothing() -> None:
+    broker = _broker()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    seed = os.environ.get("CHAOS_SEED")
+    command = [sys.executable, str(ROOT / "tests" / "chaos" / "run.py"), "--broker", broker,
+               *SMALL, *(["--seed", seed] if seed else [])]
+    run = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = run.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        # SIGTERM: the driver tears down its servers and workers before it exits.
+        run.terminate()
+        output, _ = run.communicate(timeout=120)
+    print(output[-20000:])
+    assert run.returncode == 0, f"the chaos run failed:\n{output[-8000:]}"
