@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
+from contextlib import closing
 
 import pytest
 from django.conf import settings
@@ -15,6 +17,17 @@ from django_app.effects.tasks import deduct_stock, ship_order, wait_for_file
 from .workers import Worker, wait_until, worker_env
 
 TIMEOUT = 120
+
+
+def _write_lock_held() -> bool:
+    """Whether another connection holds SQLite's write lock (a writer's transaction)."""
+    with closing(sqlite3.connect(connection.settings_dict["NAME"], timeout=0)) as probe:
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return True
+        probe.rollback()
+        return False
 
 
 def terminate(application_name: str) -> int:
@@ -53,13 +66,20 @@ def test_worker_connections_terminated_mid_body_commit_on_a_fresh_one(
 def test_sqlite_on_django_defaults_a_long_atomic_task_leaves_nothing_running(
         broker_service, transactional_db):
     """No WAL, a 5 s busy timeout: a 7 s atomic body holds the write lock while short
-    tasks claim and commit beside it; their bookkeeping waits and tries again."""
+    tasks claim and commit beside it; their bookkeeping waits and tries again.
+
+    The short tasks are sent once the long one holds the lock: one that claimed before
+    it would run its body's own write under the lock, and Django's 5 s timeout fails
+    that write (the body's error, the application's to handle; checks W003-W005 warn
+    about these settings)."""
     with connection.cursor() as cursor:  # journal_mode is kept in the file: undo WAL
         cursor.execute("PRAGMA journal_mode=DELETE")
     try:
         env = worker_env(IDEM_SQLITE_DJANGO_DEFAULTS="1")
         with Worker(concurrency=3, env=env):
             long = deduct_stock.delay(1, 1, 1, hold=7.0)
+            wait_until(_write_lock_held, TIMEOUT, interval=0.02,
+                       what="the atomic task to hold the write lock")
             short = [ship_order.delay(n) for n in range(4)]
             assert long.get(timeout=TIMEOUT)["deducted"] == 1
             assert [r.get(timeout=TIMEOUT)["shipped"] for r in short] == [0, 1, 2, 3]
