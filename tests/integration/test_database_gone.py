@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from celery_idem.connection import bookkeeping_connection, release_bookkeeping
 from celery_idem.models import Job
 from django_app.effects.models import Effect
 from django_app.effects.tasks import ship_order, wait_for_file_atomic
@@ -44,9 +45,13 @@ def _as_maintenance(*statements: tuple[str, list[str]]) -> None:
 
 @contextmanager
 def database_gone(application_name: str) -> Iterator[None]:
-    """The worker cannot reach the job database inside the block (this process keeps
-    its open session, so it opens it first: it publishes while the database is gone)."""
+    """The worker cannot reach the job database inside the block. This process keeps
+    its open sessions, so it opens them first: Django's, and the bookkeeping connection
+    its producer writes intents on outside a transaction (it publishes while the
+    database is gone)."""
     connection.ensure_connection()
+    bookkeeping_connection(connection.alias).ensure_connection()
+    release_bookkeeping()  # idle, still open: the next publish takes it
     name = connection.ops.quote_name(str(connection.settings_dict["NAME"]))
     _as_maintenance(
         (f"ALTER DATABASE {name} ALLOW_CONNECTIONS false", []),
