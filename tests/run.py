@@ -6,10 +6,12 @@ for the test project and the demo's shop),
 each counted as one test; then the tiers (pytest runs, each with its own database,
 broker and queue):
 
-1. sqlite: no services: unit tests, database tests on SQLite, the admin in a real
-   browser, and real worker processes on kombu's filesystem transport.
-2. postgres+redis: database tests on PostgreSQL, workers on Redis, every benchmark
-   at a tiny size (so the scripts in bench/ cannot rot), and the chaos suite small.
+1. sqlite: no services: unit tests, database tests on SQLite (the model test included),
+   the admin in a real browser, and real worker processes on the filesystem transport
+   (the demo small among them).
+2. postgres+redis: database tests on PostgreSQL (the model test included), workers on
+   Redis (the demo small among them), every benchmark at a tiny size (so the scripts in
+   bench/ cannot rot), and the chaos suite small.
 3. postgres+rabbitmq: workers on RabbitMQ, and the chaos suite small.
 
 Tiers 2 and 3 need PostgreSQL, Redis and RabbitMQ on 127.0.0.1. Without them they are
