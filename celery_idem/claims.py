@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
 from . import states
@@ -37,26 +37,6 @@ def persistence() -> Iterator[None]:
     try:
         yield
     except DatabaseError as exc:
-        raise PersistenceError(f"the job database failed: {exc}") from exc
-
-
-@contextmanager
-def job_transaction(using: str) -> Iterator[None]:
-    """``transaction.atomic(using=using)`` for an atomic body, whose own begin, commit or
-    rollback failing on a lost connection raises PersistenceError (the message waits and
-    comes back). Django raises the failed reconnect of the block's exit in place of the
-    error inside, which would otherwise fail the job while its database is down."""
-    inside: list[BaseException] = []
-    try:
-        with transaction.atomic(using=using):
-            try:
-                yield
-            except BaseException as exc:
-                inside.append(exc)
-                raise
-    except (OperationalError, InterfaceError) as exc:
-        if inside and exc is inside[0]:
-            raise  # the body's own error, its transaction rolled back as usual
         raise PersistenceError(f"the job database failed: {exc}") from exc
 
 

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery.exceptions import Ignore, Reject, Retry
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from . import claims
@@ -33,6 +33,7 @@ from .errors import (
     StoredFailure,
 )
 from .fingerprints import check_json
+from .job_transaction import job_transaction
 from .producer import KEY_HEADER, build_intent, header, mismatch, refused_error
 from .replacement import Replaced, handed_over, settle
 from .states import State
@@ -111,9 +112,8 @@ class Run:
 
     def atomic(self) -> Any:
         using = atomic_alias(self.task)
-        committing = False  # the body returned: what fails from here on is the database
         try:
-            with claims.job_transaction(using):
+            with job_transaction(using) as commit:
                 outcome, claim = self.acquire()
                 if claim is not None:
                     if self.exhausted(claim):
@@ -125,7 +125,7 @@ class Run:
                         replaced = exc  # commit the body's writes and the hand-over
                     else:
                         storable(result)
-                        committing = True
+                        commit.started = True  # what fails from here is the database
                         if not claim.succeed(result):
                             raise ClaimLost(
                                 f"attempt {claim.attempt} lost its claim; its writes roll back")
@@ -147,10 +147,6 @@ class Run:
             # commit landed: the message comes back and claims, or replays, once more.
             return self.wait(exc)
         except Exception as exc:
-            if committing and isinstance(exc, (OperationalError, InterfaceError)):
-                # The commit failed with its connection (a database restart): its outcome
-                # is unknown, as above, and the body did not fail. Found by the chaos suite.
-                return self.wait(PersistenceError(f"the job database failed: {exc}"))
             error = exc
             self.record_rolled_back(lambda c: c.fail(error))
             raise
