@@ -155,15 +155,15 @@ def _patch_readonly_replay() -> Callable[[], None]:
     import dataclasses
 
     from celery_idem import states
-    from celery_idem.backends import postgresql
+    from celery_idem.backends import queries
 
     original = states.MOVES["duplicate"]
     states.MOVES["duplicate"] = dataclasses.replace(original, recorded=False)
-    postgresql.claim_sql.cache_clear()
+    queries.claim_sql.cache_clear()
 
     def undo() -> None:
         states.MOVES["duplicate"] = original
-        postgresql.claim_sql.cache_clear()
+        queries.claim_sql.cache_clear()
 
     return undo
 

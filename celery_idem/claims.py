@@ -120,12 +120,14 @@ class Claim:
     task_id: str
     lease_seconds: float
 
-    def _move(self, event: str, reason: str = "", **values: Any) -> bool:
+    def _move(self, event: str, reason: str = "", *, final: bool = False,
+              **values: Any) -> bool:
         change = Change(self.job_id, event, State.RUNNING, attempt=self.attempt,
                         values=values, worker=self.worker, task_id=self.task_id,
                         reason=reason)
         retried: list[bool] = []
-        moved = retrying(self.backend, lambda: self.backend.apply(change, timezone.now()),
+        moved = retrying(self.backend,
+                         lambda: self.backend.apply(change, timezone.now(), final=final),
                          COMMIT_BACKOFF, retried)
         if not moved and retried:
             # A try that failed on a dropped connection may have landed: the fenced
@@ -144,12 +146,16 @@ class Claim:
         self._move("late_finish",
                    f"attempt {self.attempt} {what} after losing its claim; not recorded")
 
-    def succeed(self, result: Any) -> bool:
-        """Store ``result``. False (and a late_finish line) if a newer attempt owns the key."""
-        if self._move("succeeded", result=result, finished_at=timezone.now(),
-                      lease_expires_at=None):
+    def succeed(self, result: Any, *, ends_transaction: bool = False) -> bool:
+        """Store ``result``. False (and a late_finish line) if a newer attempt owns the key.
+        ``ends_transaction``: the last write of an atomic body's transaction, which may
+        commit with it (``Backend.apply``'s ``final``); lost, it writes nothing more, as
+        the transaction rolls back."""
+        if self._move("succeeded", final=ends_transaction, result=result,
+                      finished_at=timezone.now(), lease_expires_at=None):
             return True
-        self._late("succeeded")
+        if not ends_transaction:
+            self._late("succeeded")
         return False
 
     def fail(self, exc: BaseException, event: str = "failed", reason: str = "") -> bool:
@@ -165,7 +171,7 @@ class Claim:
                        message: dict[str, Any] | None = None) -> bool:
         """Back to PENDING; the retry message claims again with the next attempt.
         ``message``: the retry's envelope, which a later re-send sends (its retry count)."""
-        kept = {"message": message} if message is not None else {}
+        kept: dict[str, Any] = {"message": message} if message is not None else {}
         return self._move("retry_scheduled", reason, not_before=not_before,
                           lease_expires_at=None, **kept)
 

@@ -126,7 +126,7 @@ class Run:
                     else:
                         storable(result)
                         commit.started = True  # what fails from here is the database
-                        if not claim.succeed(result):
+                        if not claim.succeed(result, ends_transaction=True):
                             raise ClaimLost(
                                 f"attempt {claim.attempt} lost its claim; its writes roll back")
                         return result

@@ -99,11 +99,14 @@ class Backend(ABC):
                      claimant.worker, claimant.task_id, reason)
         return outcome
 
-    def apply(self, change: Change, now: datetime) -> bool:
+    def apply(self, change: Change, now: datetime, *, final: bool = False) -> bool:
         """Make ``change`` if its row still matches the move's guard; append its history
-        line. Returns whether the row matched (False: it lost a race)."""
+        line. Returns whether the row matched (False: it lost a race). ``final``: the
+        last write of the caller's transaction (an atomic body's commit), which may
+        commit with it (``_apply_final``); when it does not match, the transaction is
+        left to roll back."""
         m = check_change(change)
-        attempt = self._apply(change, m, now)
+        attempt = (self._apply_final if final else self._apply)(change, m, now)
         if attempt is None:
             return False
         if m.announced:
@@ -156,6 +159,11 @@ class Backend(ABC):
     @abstractmethod
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
         """Make ``change`` under ``move``'s guard; the row's attempt if it matched."""
+
+    def _apply_final(self, change: Change, move: Move, now: datetime) -> int | None:
+        """``_apply`` as the transaction's last write; the transaction commits at its
+        block's exit. PostgreSQL sends the COMMIT with it (``backends.pipeline``)."""
+        return self._apply(change, move, now)
 
     @abstractmethod
     def _save_step(self, change: Change, step: str, value: Any, now: datetime) -> StepWrite:

@@ -1,32 +1,37 @@
 """The PostgreSQL backend: each move rendered as one statement, one round trip.
 
-The statements are named queries in ``postgresql.sql`` beside this module; this module
-fills in the parts a move decides (its guard, the columns it sets, whether it records)
-and runs them, on Django's connection or on the worker's bookkeeping connection
-(``celery_idem.connection``).
+The statements are named queries in ``postgresql.sql`` beside this module, rendered per
+move by ``queries``; this module runs them, on Django's connection or on the worker's
+bookkeeping connection (``celery_idem.connection``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DataError, connections, transaction
 from django.db.models import Q
 
 from .. import states
 from ..conf import settings as idem_settings
 from ..connection import bookkeeping_connection
-from ..models import Checkpoint, Job, Transition
-from ..states import Guard, Move, State, StepWrite
-from . import prepared
+from ..models import Job
+from ..states import Move, State, StepWrite
+from . import pipeline, prepared
 from .base import Backend
+from .queries import (
+    DIVISION_BY_ZERO,
+    QUERIES,
+    batch_sql,
+    claim_sql,
+    insert_sql,
+    move_sql,
+    step_sql,
+)
 from .values import (
     DUPLICATE,
     DUPLICATE_REASON,
@@ -38,102 +43,6 @@ from .values import (
     Intent,
     JobRow,
 )
-
-
-def load_queries(path: Path) -> dict[str, str]:
-    """The ``-- name: X`` blocks of ``path``, by name, with the table names filled in."""
-    queries: dict[str, str] = {}
-    name = None
-    for line in path.read_text().splitlines():
-        match = re.match(r"--\s*name:\s*(\w+)", line)
-        if match:
-            name = match.group(1)
-            queries[name] = ""
-        elif name is not None and not line.startswith("--"):
-            queries[name] += line + "\n"
-    tables = {"job": Job._meta.db_table, "history": Transition._meta.db_table,
-              "checkpoint": Checkpoint._meta.db_table, "row": ", ".join(ROW_COLUMNS)}
-    history_insert = queries["history_insert"].strip().format(**tables)
-    return {name: text.strip().replace("{history_insert}", history_insert)
-            .replace("{job}", tables["job"]).replace("{history}", tables["history"])
-            .replace("{row}", tables["row"]).replace("{checkpoint}", tables["checkpoint"])
-            for name, text in queries.items()}
-
-
-QUERIES = load_queries(Path(__file__).with_name("postgresql.sql"))
-
-
-def _guard(guard: Guard) -> str:
-    """A move's guard flags as SQL, from the guard_* fragments; ``true`` for none."""
-    parts = [QUERIES[f"guard_{flag.name.lower()}"] for flag in Guard
-             if flag and flag.name and flag in guard]
-    return " AND ".join(parts) or "true"
-
-
-def _sets(columns: tuple[str, ...], source: str = "%(v_{c})s") -> str:
-    return "".join(f", {c} = {source.format(c=c)}" + ("::jsonb" if c in JSON_COLUMNS
-                                                        and "%" in source else "")
-                   for c in columns)
-
-
-#: The history values of a line a worker writes (no actor).
-_WORKER_LINE = "%(worker)s, %(task_id)s, %(reason)s, ''"
-
-
-def _record(move: Move, history_values: str, source: str = "moved") -> str:
-    if not move.recorded:
-        return ""
-    return "\n" + (QUERIES["move_record"].replace("{history_values}", history_values)
-                   .replace("{source}", source))
-
-
-@cache
-def insert_sql(event: str, durable: bool = False) -> str:
-    """The insert of move ``event``; ``durable``: its commit waits for the WAL flush even
-    on a connection whose commits do not (``insert_durable`` in postgresql.sql)."""
-    sql = QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
-                                                        "ins"))
-    return (sql.replace("{durable}", "\n" + QUERIES["insert_durable"] if durable else "")
-            .replace("{durable_join}", ", durable" if durable else ""))
-
-
-@cache
-def claim_sql(event: str) -> str:
-    """The claim statement of move ``event`` (cached: the same text is prepared once)."""
-    m, duplicate = states.move(event), states.move(DUPLICATE)
-    sql = (QUERIES["claim"].replace("{guard}", _guard(m.guard))
-           .replace("{record}", _record(m, _WORKER_LINE, "claimed")))
-    if not duplicate.recorded:
-        return sql.replace("{duplicate}", "").replace("{duplicate_recorded}", "false")
-    return (sql.replace("{duplicate}", "\n" + QUERIES["claim_duplicate"])
-            .replace("{duplicate_guard}", _guard(duplicate.guard))
-            .replace("{duplicate_recorded}", "EXISTS (SELECT 1 FROM dup)"))
-
-
-@cache
-def move_sql(event: str, columns: tuple[str, ...]) -> str:
-    m = states.move(event)
-    if m.target is None and not columns:
-        return QUERIES["record"].replace("{guard}", _guard(m.guard))
-    return (QUERIES["move"].replace("{guard}", _guard(m.guard)).replace("{sets}", _sets(columns))
-            .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s")))
-
-
-@cache
-def step_sql(event: str) -> str:
-    m = states.move(event)
-    return (QUERIES["step_save"].replace("{guard}", _guard(m.guard))
-            .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s")))
-
-
-@cache
-def batch_sql(event: str, columns: tuple[str, ...], types: tuple[str, ...]) -> str:
-    return (QUERIES["move_batch"]
-            .replace("{arrays}", "".join(f", %(v_{c})s::{t}[]" for c, t in zip(columns, types,
-                                                                                 strict=True)))
-            .replace("{names}", "".join(f", v_{c}" for c in columns))
-            .replace("{sets}", _sets(columns, "v.v_{c}"))
-            .replace("{record}", _record(states.move(event), "h_worker, h_task_id, h_reason, ''")))
 
 
 def _json(value: Any) -> str | None:
@@ -153,6 +62,18 @@ def _row(values: tuple[Any, ...]) -> JobRow:
         if isinstance(row[col], str):
             row[col] = json.loads(row[col])
     return JobRow.from_values(row)
+
+
+def _move_params(change: Change, move: Move, now: datetime) -> dict[str, Any]:
+    return {
+        "id": change.job_id, "event": change.event,
+        "from_state": None if change.from_state is None else change.from_state.value,
+        "to_state": change.to_state.value, "sources": move.source_values(),
+        "attempt": change.attempt, "fingerprint": change.fingerprint,
+        "dispatch_count": change.dispatch_count, "now": now, "worker": change.worker,
+        "task_id": change.task_id, "reason": change.reason, "actor": change.actor,
+        **{f"v_{c}": _param(c, v) for c, v in change.values.items()},
+    }
 
 
 def _outcome(rows: list[tuple[Any, ...]]) -> ClaimOutcome:
@@ -226,17 +147,24 @@ class PostgreSQLBackend(Backend):
         }))
 
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
-        columns = tuple(sorted(change.values))
-        rows = self._fetch(move_sql(move.event, columns), {
-            "id": change.job_id, "event": change.event,
-            "from_state": None if change.from_state is None else change.from_state.value,
-            "to_state": change.to_state.value, "sources": move.source_values(),
-            "attempt": change.attempt, "fingerprint": change.fingerprint,
-            "dispatch_count": change.dispatch_count, "now": now, "worker": change.worker,
-            "task_id": change.task_id, "reason": change.reason, "actor": change.actor,
-            **{f"v_{c}": _param(c, v) for c, v in change.values.items()},
-        })
+        rows = self._fetch(move_sql(move.event, tuple(sorted(change.values))),
+                           _move_params(change, move, now))
         return int(rows[0][0]) if rows else None
+
+    def _apply_final(self, change: Change, move: Move, now: datetime) -> int | None:
+        connection = connections[self.alias]
+        if self.dedicated or not pipeline.commits_at_exit(connection):
+            return self._apply(change, move, now)
+        # The move and the COMMIT in one round trip; a move that does not match fails
+        # its statement (move_result_final), so nothing commits.
+        sql = move_sql(move.event, tuple(sorted(change.values)), final=True)
+        try:
+            pipeline.execute_and_commit(connection, sql, _move_params(change, move, now))
+        except DataError as exc:
+            if pipeline.sqlstate(exc) != DIVISION_BY_ZERO:
+                raise
+            return None
+        return change.attempt
 
     def _apply_batch(self, changes: list[Change], now: datetime) -> set[int]:
         groups: dict[tuple[str, State | None, tuple[str, ...]], list[Change]] = {}

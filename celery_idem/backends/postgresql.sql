@@ -98,7 +98,17 @@ WITH moved AS (
     WHERE id = %(id)s AND state = %(from_state)s AND {guard}
     RETURNING id, attempt
 ){record}
+{result}
+
+-- name: move_result
 SELECT attempt FROM moved
+
+-- name: move_result_final
+-- The result of a move that ends its transaction (atomic mode's commit), sent with the
+-- COMMIT in one round trip: a move that matched nothing divides by zero, failing the
+-- statement, so the server skips the COMMIT queued behind it and the transaction (the
+-- body's writes) rolls back. Only the executor can raise it: count(*) is not a constant.
+SELECT 1 / count(*)::int FROM moved
 
 -- name: move_record
 -- The history CTE of a move that records (appended to "insert", "claim", "move",

@@ -15,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from celery_idem import states
-from celery_idem.backends import postgresql
+from celery_idem.backends import queries
 
 pytestmark = pytest.mark.django_db(transaction=True)  # PostgreSQL only: see conftest
 
@@ -61,7 +61,7 @@ def test_claim_probes_the_key_even_when_statistics_say_pending_rows_are_rare():
             "duplicate": "duplicate", "duplicate_reason": "",
             "duplicate_sources": states.move("duplicate").source_values(),
         }
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + postgresql.claim_sql("claimed"),
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries.claim_sql("claimed"),
                        params)
         raw = cursor.fetchone()[0]
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]

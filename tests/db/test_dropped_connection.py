@@ -61,11 +61,11 @@ def test_a_commit_that_did_not_land_is_tried_again(backend, monkeypatch):
     real = backend.apply
     left = [2]
 
-    def down_twice(change, now):
+    def down_twice(change, now, **options):
         if change.event == "succeeded" and left[0]:
             left[0] -= 1
             raise OperationalError("database is locked")
-        return real(change, now)
+        return real(change, now, **options)
 
     monkeypatch.setattr(backend, "apply", down_twice)
     assert run(ship_order, 33).get() == {"shipped": 33, "attempt": 1}
@@ -95,16 +95,24 @@ def test_an_atomic_commit_lost_with_its_connection_is_not_the_bodys_failure(monk
     from celery_idem.errors import PersistenceError
     from django_app.effects.tasks import deduct_stock
 
-    real, calls = connection._commit, []
+    from celery_idem.backends import pipeline
 
-    def dropped():
-        calls.append(1)
-        if len(calls) == 1:
-            connection.connection.rollback()  # the commit never lands
-            raise OperationalError("server closed the connection unexpectedly")
-        return real()
+    calls = []
 
-    monkeypatch.setattr(connection, "_commit", dropped)
+    def dropped_at_first(real):
+        def commit(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                connection.connection.rollback()  # the commit never lands
+                raise OperationalError("server closed the connection unexpectedly")
+            return real(*args, **kwargs)
+        return commit
+
+    # The first commit fails, wherever it is sent: Django's at the block's exit, or the
+    # PostgreSQL backend's, pipelined with the commit move (backends.pipeline).
+    monkeypatch.setattr(connection, "_commit", dropped_at_first(connection._commit))
+    monkeypatch.setattr(pipeline, "execute_and_commit",
+                        dropped_at_first(pipeline.execute_and_commit))
     with pytest.raises(PersistenceError):
         run(deduct_stock, 8, 9, 1).get()
     assert not Job.objects.filter(key="deduct/8/9", state="FAILED").exists()

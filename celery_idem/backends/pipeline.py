@@ -1,0 +1,61 @@
+"""An atomic body's last statement and its COMMIT in one round trip (PostgreSQL, psycopg 3).
+
+``atomic=True`` ends its transaction with the commit move (the fenced ``succeeded``
+write), then Django's COMMIT at the block's exit: two round trips, the second only
+waiting for the first to say the fence held. psycopg's pipeline mode sends both at once
+if losing the fence fails the statement itself (``move_result_final`` in postgresql.sql):
+the server then skips the COMMIT queued behind it, and the block's exit rolls back.
+
+Only where the block's exit would have committed: the outermost ``atomic()`` on the
+connection, committing on exit, not already doomed. Django's exit then finds no
+transaction open (psycopg sends nothing for a commit then) and runs the ``on_commit``
+callbacks as usual. Anywhere else (a savepoint inside the caller's transaction, psycopg 2,
+a libpq without pipeline mode) the move runs alone and the block commits as before.
+
+BEGIN and the claim stay two round trips: psycopg syncs after the BEGIN it sends in
+pipeline mode (``BaseConnection._start_query``), and sending both in one simple-protocol
+query would give up the claim's prepared statement.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from . import prepared
+
+
+@cache
+def _supported() -> bool:
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return False
+    from psycopg import Pipeline
+
+    return bool(Pipeline.is_supported())
+
+
+def commits_at_exit(connection: Any) -> bool:
+    """Whether ``connection`` (a DatabaseWrapper) is in one ``atomic()`` block whose exit
+    commits: its last statement may commit with it."""
+    return (connection.vendor == "postgresql" and connection.in_atomic_block
+            and len(connection.atomic_blocks) == 1 and connection.commit_on_exit
+            and not connection.needs_rollback and _supported())
+
+
+def execute_and_commit(connection: Any, sql: str, params: dict[str, Any]) -> None:
+    """Run ``sql`` (prepared, as ``prepared.cursor``) and COMMIT, in one round trip.
+    A failing statement makes the server skip the COMMIT; its error is raised (as
+    Django's), the transaction left for the block's exit to roll back."""
+    with connection.wrap_database_errors, prepared.cursor(connection) as cursor:
+        # Both queued, then one Sync at the pipeline's exit. (``raw.commit()`` would
+        # sync after the COMMIT, and the exit once more: a second round trip.)
+        with connection.connection.pipeline():
+            cursor.execute(sql, params)
+            cursor.cursor.execute("COMMIT", prepare=False)
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a Django database error raised from psycopg's."""
+    return getattr(error.__cause__, "sqlstate", None)

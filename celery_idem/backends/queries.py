@@ -1,0 +1,117 @@
+"""The PostgreSQL backend's statements: the named queries of ``postgresql.sql``, with
+the parts a move decides (its guard, the columns it sets, whether it records) filled in
+from the move table (``celery_idem.states``). Rendered once per move and cached, so each
+text is prepared once per session (``backends.prepared``)."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+from .. import states
+from ..models import Checkpoint, Job, Transition
+from ..states import Guard, Move
+from .values import DUPLICATE, JSON_COLUMNS, ROW_COLUMNS
+
+#: What ``move_result_final`` raises when its move matched nothing.
+DIVISION_BY_ZERO = "22012"
+
+
+def load_queries(path: Path) -> dict[str, str]:
+    """The ``-- name: X`` blocks of ``path``, by name, with the table names filled in."""
+    queries: dict[str, str] = {}
+    name = None
+    for line in path.read_text().splitlines():
+        match = re.match(r"--\s*name:\s*(\w+)", line)
+        if match:
+            name = match.group(1)
+            queries[name] = ""
+        elif name is not None and not line.startswith("--"):
+            queries[name] += line + "\n"
+    tables = {"job": Job._meta.db_table, "history": Transition._meta.db_table,
+              "checkpoint": Checkpoint._meta.db_table, "row": ", ".join(ROW_COLUMNS)}
+    history_insert = queries["history_insert"].strip().format(**tables)
+    return {name: text.strip().replace("{history_insert}", history_insert)
+            .replace("{job}", tables["job"]).replace("{history}", tables["history"])
+            .replace("{row}", tables["row"]).replace("{checkpoint}", tables["checkpoint"])
+            for name, text in queries.items()}
+
+
+QUERIES = load_queries(Path(__file__).with_name("postgresql.sql"))
+
+
+def _guard(guard: Guard) -> str:
+    """A move's guard flags as SQL, from the guard_* fragments; ``true`` for none."""
+    parts = [QUERIES[f"guard_{flag.name.lower()}"] for flag in Guard
+             if flag and flag.name and flag in guard]
+    return " AND ".join(parts) or "true"
+
+
+def _sets(columns: tuple[str, ...], source: str = "%(v_{c})s") -> str:
+    return "".join(f", {c} = {source.format(c=c)}" + ("::jsonb" if c in JSON_COLUMNS
+                                                        and "%" in source else "")
+                   for c in columns)
+
+
+#: The history values of a line a worker writes (no actor).
+_WORKER_LINE = "%(worker)s, %(task_id)s, %(reason)s, ''"
+
+
+def _record(move: Move, history_values: str, source: str = "moved") -> str:
+    if not move.recorded:
+        return ""
+    return "\n" + (QUERIES["move_record"].replace("{history_values}", history_values)
+                   .replace("{source}", source))
+
+
+@cache
+def insert_sql(event: str, durable: bool = False) -> str:
+    """The insert of move ``event``; ``durable``: its commit waits for the WAL flush even
+    on a connection whose commits do not (``insert_durable`` in postgresql.sql)."""
+    sql = QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
+                                                        "ins"))
+    return (sql.replace("{durable}", "\n" + QUERIES["insert_durable"] if durable else "")
+            .replace("{durable_join}", ", durable" if durable else ""))
+
+
+@cache
+def claim_sql(event: str) -> str:
+    """The claim statement of move ``event`` (cached: the same text is prepared once)."""
+    m, duplicate = states.move(event), states.move(DUPLICATE)
+    sql = (QUERIES["claim"].replace("{guard}", _guard(m.guard))
+           .replace("{record}", _record(m, _WORKER_LINE, "claimed")))
+    if not duplicate.recorded:
+        return sql.replace("{duplicate}", "").replace("{duplicate_recorded}", "false")
+    return (sql.replace("{duplicate}", "\n" + QUERIES["claim_duplicate"])
+            .replace("{duplicate_guard}", _guard(duplicate.guard))
+            .replace("{duplicate_recorded}", "EXISTS (SELECT 1 FROM dup)"))
+
+
+@cache
+def move_sql(event: str, columns: tuple[str, ...], final: bool = False) -> str:
+    """The statement of move ``event`` setting ``columns``; ``final``: it ends its
+    transaction, and fails when the row does not match (``move_result_final``)."""
+    m = states.move(event)
+    if m.target is None and not columns:
+        return QUERIES["record"].replace("{guard}", _guard(m.guard))
+    return (QUERIES["move"].replace("{guard}", _guard(m.guard)).replace("{sets}", _sets(columns))
+            .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s"))
+            .replace("{result}", QUERIES["move_result_final" if final else "move_result"]))
+
+
+@cache
+def step_sql(event: str) -> str:
+    m = states.move(event)
+    return (QUERIES["step_save"].replace("{guard}", _guard(m.guard))
+            .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s")))
+
+
+@cache
+def batch_sql(event: str, columns: tuple[str, ...], types: tuple[str, ...]) -> str:
+    return (QUERIES["move_batch"]
+            .replace("{arrays}", "".join(f", %(v_{c})s::{t}[]" for c, t in zip(columns, types,
+                                                                                 strict=True)))
+            .replace("{names}", "".join(f", v_{c}" for c in columns))
+            .replace("{sets}", _sets(columns, "v.v_{c}"))
+            .replace("{record}", _record(states.move(event), "h_worker, h_task_id, h_reason, ''")))
