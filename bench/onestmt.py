@@ -242,3 +242,18 @@ def deduct_once_atomic1(self, order_id, sku, folder):
     _hold(folder, f"deduct-{order_id}-{sku}", wait_for=2)
     StockDeduction.objects.create(order_id=order_id, sku=sku, quantity=1)
     return {"deducted": 1, "pid": os.getpid()}
+
+
+@shared_task(name="onestmt.lock_nowait", base=OneStatementTask, bind=True,
+             idempotency_key="nowait1/{sku}")
+def lock_nowait_atomic1(self, sku, folder):
+    """Locks the product NOWAIT, takes one unit, holds: a copy that runs meanwhile fails
+    to lock (55P03) before the first commits, which today cannot happen."""
+    from django.db.models import F
+
+    from django_app.effects.models import Stock
+
+    stock = Stock.objects.select_for_update(nowait=True).get(sku=sku)
+    Stock.objects.filter(pk=stock.pk).update(quantity=F("quantity") - 1)
+    _hold(folder, f"nowait-{sku}")
+    return {"quantity": stock.quantity - 1, "pid": os.getpid()}
