@@ -13,8 +13,10 @@ import os
 import signal
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from bench.onestmt import deduct_once_atomic1, lock_nowait_atomic1, wait_for_file_atomic1
@@ -26,6 +28,11 @@ from django_app.effects.tasks import wait_for_file_atomic
 from .jobs import TIMEOUT, job, later
 from .test_recovery import events
 from .workers import Worker, purge_queue, wait_until
+
+pytestmark = pytest.mark.skipif(
+    settings.DATABASE_KIND != "postgres"
+    or urlparse(settings.CELERY_BROKER_URL).scheme != "redis",
+    reason="the prototype is PostgreSQL's; its tests run in the postgres+redis tier")
 
 INCLUDE = ("-I", "bench.onestmt")
 
