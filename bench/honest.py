@@ -29,6 +29,8 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 - ``floor``: the bare protocol in raw SQL on a kept connection (claim upsert, INSERT,
   fenced commit: bench/raw_app.py), no Django;
 - ``idem``: ``IdempotentTask`` (default mode); ``atomic``: ``atomic=True``;
+- ``atomic1``: the prototype of a one-statement atomic path (bench/onestmt.py, not the
+  library: the body, then one conditional PENDING -> SUCCEEDED; issue 11 item 4);
 - ``replay``: N messages for N keys that already SUCCEEDED;
 - ``pub-plain``, ``pub-idem``: publishing alone, no worker (plain vs idempotent).
 
@@ -54,7 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
 
-VARIANTS = ("raw", "django", "once", "floor", "idem", "atomic", "replay", "pub-plain", "pub-idem")
+VARIANTS = ("raw", "django", "once", "floor", "idem", "atomic", "atomic1", "replay", "pub-plain",
+            "pub-idem")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
 WARMUP = 4
 CLK = os.sysconf("SC_CLK_TCK")
@@ -194,6 +197,7 @@ def _walinspect() -> bool:
 
 def sender(variant: str) -> Any:
     """A function publishing one message of ``variant`` with a given producer and queue."""
+    from bench import onestmt
     from bench.worker_app import app
     from django_app.effects import bench_tasks as t
 
@@ -203,7 +207,7 @@ def sender(variant: str) -> Any:
             name, (key,), queue=queue, producer=producer)
     task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
             "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
-            "atomic": t.bench_atomic}[variant]
+            "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1}[variant]
     if task is None:
         raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
     return lambda key, queue, producer: task.apply_async((key,), queue=queue, producer=producer)

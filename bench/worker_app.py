@@ -2,7 +2,8 @@
 
 It is the project's app (``django_app.celery``) plus, from the environment:
 
-- the benchmark tasks (``django_app.effects.bench_tasks``) in ``imports``;
+- the benchmark tasks (``django_app.effects.bench_tasks``) in ``imports``, and the
+  prototype of a one-statement atomic path (``bench.onestmt``: ``bench.atomic1``);
 - celery-once's lock backend on Redis (``BENCH_ONCE_URL``, default DB 7);
 - ``BENCH_CONN``, how the worker treats Django's database connections between tasks:
 
@@ -29,7 +30,8 @@ from celery import signals
 
 from django_app.celery import app
 
-app.conf.imports = (*tuple(app.conf.imports or ()), "django_app.effects.bench_tasks")
+app.conf.imports = (*tuple(app.conf.imports or ()), "django_app.effects.bench_tasks",
+                    "bench.onestmt")
 app.conf.ONCE = {
     "backend": "celery_once.backends.Redis",
     "settings": {
