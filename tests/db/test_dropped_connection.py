@@ -92,10 +92,9 @@ def test_an_atomic_commit_lost_with_its_connection_is_not_the_bodys_failure(monk
     waits and comes back, and the key runs once."""
     from django.db import connection
 
+    from celery_idem.backends import pipeline
     from celery_idem.errors import PersistenceError
     from django_app.effects.tasks import deduct_stock
-
-    from celery_idem.backends import pipeline
 
     calls = []
 
