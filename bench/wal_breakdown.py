@@ -62,10 +62,15 @@ def checkpoint() -> None:
 def records(start: int, end: int) -> list[dict[str, Any]]:
     """This database's WAL records in [start, end): those with a block of one of its
     relations, and the commit/abort records of the transactions that wrote them."""
-    from django.db import connection
+    from django.db import DatabaseError, connection
 
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except DatabaseError as exc:  # PostgreSQL < 15, or not a superuser
+        c.log(f"pg_walinspect unavailable, no records read: {exc}")
+        return []
     with connection.cursor() as cursor:
-        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         cursor.execute("SELECT oid FROM pg_database WHERE datname = current_database()")
         oid = str(cursor.fetchone()[0])
         # pg_walinspect reads flushed WAL only; the bookkeeping connection's commits are
