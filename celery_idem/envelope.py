@@ -36,6 +36,13 @@ _PUBLISH_KEYWORDS = frozenset({
 })
 #: Headers that repeat the arguments (for monitoring): dropped with the arguments.
 _ARGUMENT_HEADERS = ("argsrepr", "kwargsrepr")
+#: Celery's own headers that are often None: stored only when set, and put back as None
+#: on re-send, so the message sent again is the one published. The intent writes the
+#: envelope (most of a job row) to the WAL once; these and the correlation id, which a
+#: re-send replaces anyway, were about 170 of its ~990 bytes (docs/benchmarks.md, "WAL
+#: per fresh task").
+_NULL_HEADERS = ("eta", "expires", "group", "group_index", "parent_id", "root_id", "shadow",
+                 "stamped_headers")
 
 Publish = Callable[[Any, Any, dict[str, Any]], Any]
 
@@ -66,11 +73,12 @@ def _name(value: Any) -> Any:
 
 def capture(body: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The envelope of one ``producer.publish(body, **kwargs)`` call, as JSON."""
-    headers = dict(kwargs.get("headers") or {})
+    headers = {name: value for name, value in (kwargs.get("headers") or {}).items()
+               if value is not None or name not in _NULL_HEADERS}
     properties = {}
     for name, value in kwargs.items():
-        if name in _PUBLISH_KEYWORDS:
-            continue
+        if name in _PUBLISH_KEYWORDS or name == "correlation_id":
+            continue  # the correlation id: a re-send sets its own (publish below)
         try:
             properties[name] = _plain(value)
         except (TypeError, ValueError):
@@ -136,6 +144,8 @@ def publish(app: Any, envelope: dict[str, Any], task_id: str, fresh: bool = Fals
         body = tuple(body)
     except (KeyError, TypeError, ValueError) as exc:
         raise Undecodable(f"stored message cannot be decoded: {exc}") from exc
+    for name in _NULL_HEADERS:
+        headers.setdefault(name, None)
     headers["id"] = task_id
     properties["correlation_id"] = task_id
     if fresh:

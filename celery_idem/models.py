@@ -89,7 +89,11 @@ class Job(models.Model):
             ("forget_job", _("Can forget a job so its key can run again")),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["namespace", "key"], name="celery_idem_job_key_uniq"),
+            # Key first: the same index also serves the admin's search by key prefix
+            # (across namespaces) and its ordering by key, so no index of its own on
+            # ``key`` is needed. Every non-HOT write of a row (the intent, the claim, the
+            # commit) adds an entry to each index: one fewer is ~90 WAL bytes a write.
+            models.UniqueConstraint(fields=["key", "namespace"], name="celery_idem_job_key_uniq"),
             models.CheckConstraint(
                 **{_CHECK_KWARG: models.Q(state__in=[s.value for s in State])},
                 name="celery_idem_job_state_valid",
@@ -113,11 +117,9 @@ class Job(models.Model):
                          condition=models.Q(state__in=[State.FAILED.value, State.UNCERTAIN.value,
                                                        State.EXPIRED.value])),
             # The admin: newest first, per task (and the task filter's names), search by
-            # key prefix (across namespaces: the unique index leads with the namespace)
-            # or by task id.
+            # task id (by key prefix: the unique index, which leads with the key).
             models.Index(fields=["-created_at"], name="celery_idem_job_created_idx"),
             models.Index(fields=["task_name", "-created_at"], name="celery_idem_job_task_idx"),
-            models.Index(fields=["key"], name="celery_idem_job_keyprefix_idx"),
             models.Index(fields=["task_id"], name="celery_idem_job_task_id_idx"),
             # A job's children (the admin), only the jobs that have a parent.
             models.Index(fields=["parent"], name="celery_idem_job_parent_idx",

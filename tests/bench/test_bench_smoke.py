@@ -144,3 +144,13 @@ def test_envelope_cost(bench_env, tmp_path):
     assert results["before (no envelope)"]["avg_message_bytes"] == 0
     assert results["envelope + link/errback"]["avg_message_bytes"] > \
         results["envelope"]["avg_message_bytes"] > 0
+
+
+def test_wal_breakdown(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "wal_breakdown.py", "--n", "5")
+    if data["idem"].get("records") == 0:
+        pytest.skip("pg_walinspect read no records (PostgreSQL < 15?)")
+    statements = data["idem"]["by_statement"]
+    assert set(statements) == {"intent", "claim", "body", "commit"}
+    assert all(v["bytes"] > 0 for v in statements.values())
+    assert set(data["plain"]["by_statement"]) == {"body"}

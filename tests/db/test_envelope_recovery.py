@@ -140,8 +140,10 @@ def test_the_envelope_keeps_eta_expiry_links_and_drops_arguments_when_told():
         "correlation_id": "abc", "declare": [], "retry_policy": {"max_retries": 3}}
     kept = envelope.capture(body, kwargs)
     assert kept["body"][2]["callbacks"] == [{"task": "t.link"}]
-    assert kept["properties"] == {"priority": 3, "correlation_id": "abc"}
+    # No correlation id (a re-send sets its own) and no Celery header that is None.
+    assert kept["properties"] == {"priority": 3}
     assert kept["headers"]["retries"] == 1 and kept["routing_key"] == "q1"
+    assert "expires" not in kept["headers"]
     assert envelope.eta(kept) == at("2030-01-01 13:00:00")
     with override_settings(CELERY_IDEM_STORE_ARGUMENTS=False):
         bare = envelope.capture(body, kwargs)
@@ -179,7 +181,8 @@ def test_a_re_send_publishes_the_kept_message(monkeypatch, fresh):
                       "chord": None})
     kept = envelope.capture(body, {
         "exchange": "", "routing_key": "orders", "priority": 5, "correlation_id": "t-0",
-        "headers": {"id": "t-0", "task": ship_order.name, "retries": 2,
+        "headers": {"id": "t-0", "task": ship_order.name, "retries": 2, "eta": None,
+                    "group": None, "shadow": None, "x_user": None,
                     "expires": "2030-01-01T12:00:00+00:00", "celery_idem_key": "ship/7"}})
     job = Job(namespace="ns", key="ship/7", task_name=ship_order.name, args=[7], kwargs={},
               message=kept)
@@ -192,3 +195,8 @@ def test_a_re_send_publishes_the_kept_message(monkeypatch, fresh):
     assert (headers["id"], headers["celery_idem_key"]) == ("t-1", "ship/7")
     assert (headers["retries"], headers["expires"] is None) == ((0, True) if fresh
                                                                 else (2, False))
+    # Celery's headers that were None (not stored) go out as None again; a header of the
+    # caller's that was None was stored as such.
+    assert "eta" not in kept["headers"] and kept["headers"]["x_user"] is None
+    assert (headers["eta"], headers["group"], headers["shadow"], headers["x_user"]) == \
+        (None, None, None, None)

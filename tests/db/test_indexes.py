@@ -1,5 +1,6 @@
 """The job table keeps only the indexes a query needs, partial where the query names a
-state, and (PostgreSQL) leaves room on each page for a row's next version (migration 0006).
+state, and (PostgreSQL) leaves room on each page for a row's next version (migration 0006);
+the unique key leads with the key, so it also serves the search by key prefix (0007).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ EXPECTED = {
     "celery_idem_job_parent_idx": "parent_id",
     "celery_idem_job_created_idx": "",
     "celery_idem_job_task_idx": "",
-    "celery_idem_job_keyprefix_idx": "",
     "celery_idem_job_task_id_idx": "",
 }
 
@@ -47,6 +47,24 @@ def test_only_the_indexes_a_query_needs_partial_where_a_state_is_named():
         where = found[name].split(" WHERE ", 1)[1] if " WHERE " in found[name] else ""
         assert condition in where, (name, found[name])
         assert bool(where) == bool(condition), (name, found[name])
+
+
+def test_the_unique_key_leads_with_the_key_and_serves_the_key_prefix_search():
+    """No index of its own on ``key``: the unique (key, namespace) index answers the
+    admin's search by key prefix (a range on the key, across namespaces)."""
+    from celery_idem.admin.changelist import key_prefix
+
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Job._meta.db_table)
+    unique = constraints["celery_idem_job_key_uniq"]
+    assert unique["unique"] and unique["columns"] == ["key", "namespace"], unique
+    if connection.vendor != "postgresql":
+        return
+    query = Job.objects.filter(**key_prefix("bench/12")).order_by("key")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table: ask for the index
+        plan = query.explain()
+    assert "celery_idem_job_key_uniq" in plan, plan
 
 
 def test_job_pages_keep_room_for_the_next_row_version():
