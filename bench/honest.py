@@ -32,7 +32,9 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 - ``atomic1``: the prototype of a one-statement atomic path (bench/onestmt.py, not the
   library: the body, then one conditional PENDING -> SUCCEEDED; issue 11 item 4);
 - ``replay``: N messages for N keys that already SUCCEEDED;
-- ``pub-plain``, ``pub-idem``: publishing alone, no worker (plain vs idempotent).
+- ``pub-plain``, ``pub-idem``: publishing alone, no worker (plain vs idempotent);
+  ``pub-async``: ``pub-idem`` with the intent's commit not waiting for the WAL flush, a
+  prototype of this module only (``unflushed_intents``), to measure what the flush costs.
 
 Every Django worker runs under one connection policy, ``--policy`` (default ``keep``:
 ``CELERY_IDEM_WORKER_CONNECTIONS = "keep"`` with ``CONN_MAX_AGE`` 300; ``celery`` is the
@@ -49,6 +51,8 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import _common as c  # noqa: E402
 
 VARIANTS = ("raw", "django", "once", "floor", "idem", "atomic", "atomic1", "replay", "pub-plain",
-            "pub-idem")
+            "pub-idem", "pub-async")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
 WARMUP = 4
 CLK = os.sysconf("SC_CLK_TCK")
@@ -207,10 +211,26 @@ def sender(variant: str) -> Any:
             name, (key,), queue=queue, producer=producer)
     task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
             "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
+            "pub-async": t.bench_idem,
             "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1}[variant]
     if task is None:
         raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
     return lambda key, queue, producer: task.apply_async((key,), queue=queue, producer=producer)
+
+
+@contextmanager
+def unflushed_intents() -> Iterator[None]:
+    """Prototype, this benchmark only: the intent's commit does not wait for the WAL flush
+    (``insert_durable`` left out). The library flushes it on purpose: an intent lost in a
+    PostgreSQL crash would leave its message to be refused as IntentMissing."""
+    from celery_idem.backends import postgresql
+
+    original = postgresql.insert_sql
+    postgresql.insert_sql = lambda event, durable=False: original(event, False)
+    try:
+        yield
+    finally:
+        postgresql.insert_sql = original
 
 
 def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:
@@ -218,7 +238,8 @@ def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:
     from bench.worker_app import app
 
     send = sender(variant)
-    with app.producer_or_acquire() as producer:
+    with app.producer_or_acquire() as producer, (
+            unflushed_intents() if variant == "pub-async" else nullcontext()):
         cpu0, wall0 = sum(os.times()[:2]), time.perf_counter()
         for key in keys:
             send(key, queue, producer)
@@ -306,7 +327,7 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float) -> d
     cpu = Groups.delta(before, after, n)
     cpu["producer"] = round(1e6 * producer_cpu / n, 1)
     made = effects(tag)
-    expected = 0 if variant in ("replay", "pub-plain", "pub-idem") else n
+    expected = 0 if variant == "replay" or variant.startswith("pub-") else n
     total_s = (m["last"] - t0) if worker is not None else publish_s
     span = m["last"] - m["first"]
     result = {

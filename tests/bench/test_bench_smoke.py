@@ -115,8 +115,9 @@ def test_honest(bench_env, tmp_path):
     """Every variant on Redis (``atomic1``: the one-statement prototype, bench/onestmt.py);
     on RabbitMQ the raw app and the fixup's policy (a session per task); the table prints
     from the results file."""
-    variants = "raw,django,once,floor,idem,atomic,atomic1,replay,pub-plain,pub-idem" \
-        if _once_available() else "raw,django,floor,idem,atomic,atomic1,replay,pub-plain,pub-idem"
+    variants = "raw,django,once,floor,idem,atomic,atomic1,replay,pub-plain,pub-idem,pub-async" \
+        if _once_available() else \
+        "raw,django,floor,idem,atomic,atomic1,replay,pub-plain,pub-idem,pub-async"
     data = run(bench_env, tmp_path, "honest.py", "--n", "8", "--rounds", "1",
                "--brokers", "redis", "--variants", variants, timeout=180)
     assert all(r["exactly_once"] for r in data["runs"])
