@@ -19,6 +19,7 @@ from celery_idem.backends.generic import GenericBackend
 from celery_idem.connection import bookkeeping_connection, release_bookkeeping
 from celery_idem.producer import KEY_HEADER as HEADER
 from celery_idem.testing import use_backend
+from tests.pgtrace import round_trips
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,24 +127,6 @@ def test_a_project_that_sets_prepare_threshold_keeps_its_choice(backend_kind, mo
         assert isinstance(cursor.cursor, psycopg.ClientCursor)  # Django's, unprepared
 
 
-def round_trips(fn):
-    """Round trips on Django's connection while ``fn`` runs: the server's ReadyForQuery
-    messages in psycopg's libpq trace (one per query, or per Sync in pipeline mode)."""
-    import os
-    import tempfile
-
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    with tempfile.TemporaryFile("w+") as trace:
-        pgconn.trace(trace.fileno())
-        try:
-            fn()
-        finally:
-            pgconn.untrace()
-        trace.seek(0, os.SEEK_SET)
-        return sum("ReadyForQuery" in line for line in trace)
-
-
 def _native_postgresql(backend_kind):
     if backend_kind != "native" or connection.vendor != "postgresql":
         pytest.skip("pipeline mode is the PostgreSQL backend's")
@@ -165,8 +148,8 @@ def test_an_atomic_commit_and_its_COMMIT_share_one_round_trip(backend_kind):
     for n in (21, 22):  # fresh runs and replays: every statement prepared
         run(n)()
         run(n)()
-    assert round_trips(run(20)) == 3
-    assert round_trips(run(20)) == 3
+    assert round_trips(connection, run(20)) == 3
+    assert round_trips(connection, run(20)) == 3
 
 
 def test_a_pipelined_commit_that_loses_its_fence_commits_nothing(backend_kind):
@@ -204,7 +187,8 @@ def test_inside_the_callers_transaction_the_commit_waits_for_its_block(backend_k
     with pytest.raises(RuntimeError, match="caller"), transaction.atomic():
         connection.cursor().execute("SELECT 1")  # the caller's transaction has begun
         run = lambda: atomic_echo.apply(args=(24,), headers={HEADER: key}).get()  # noqa: E731
-        assert round_trips(run) == 2 + 2  # SAVEPOINT and RELEASE around claim and commit
+        # SAVEPOINT and RELEASE SAVEPOINT around the claim and the commit move
+        assert round_trips(connection, run) == 2 + 2
         raise RuntimeError("the caller rolls back")
     assert Job.objects.get(key=key).state == "PENDING"
 
