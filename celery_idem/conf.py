@@ -1,6 +1,10 @@
 """celery-idem's settings: every ``CELERY_IDEM_<NAME>`` read here, lazily, with its default.
 
-Read on each access (not at import) so that ``override_settings`` works in tests.
+Read on first access (not at import), then kept until Django says a setting changed
+(``setting_changed``: ``override_settings`` and pytest-django's ``settings`` fixture send
+it), so tests that override a setting see the new value. Kept because the producer and
+the worker read several settings per task, and a setting left at its default costs
+Django a failed attribute lookup each time.
 """
 
 from __future__ import annotations
@@ -59,12 +63,33 @@ DEFAULTS: dict[str, Any] = {
 class Settings:
     """Attribute access to the settings, e.g. ``settings.DEFAULT_LEASE``."""
 
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+        self._listening = False
+
     def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            pass
         if name not in DEFAULTS:
             raise AttributeError(f"celery-idem has no setting {PREFIX}{name}")
         from django.conf import settings as django_settings
 
-        return getattr(django_settings, PREFIX + name, DEFAULTS[name])
+        if not self._listening:
+            from django.core.signals import setting_changed
+
+            setting_changed.connect(self._changed, weak=False,
+                                    dispatch_uid="celery_idem.conf.settings")
+            self._listening = True
+        value = getattr(django_settings, PREFIX + name, DEFAULTS[name])
+        self._values[name] = value
+        return value
+
+    def _changed(self, **_: Any) -> None:
+        # Any setting: cheap, and an override of a setting celery-idem does not read
+        # (rare in a hot loop) only costs the next read a lookup.
+        self._values.clear()
 
 
 settings = Settings()
