@@ -62,8 +62,15 @@ class Capture:
         return self._on_publish(self._real, body, kwargs)
 
 
+#: Types whose values are their own plain JSON (exact types: a subclass, an enum say,
+#: may encode otherwise).
+_SELF_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """``value`` as plain JSON, in kombu's encoding (its decoder restores the types)."""
+    if type(value) in _SELF_PLAIN:
+        return value  # what the round trip would give back: spare it
     return json.loads(kombu_json.dumps(value))
 
 
@@ -88,10 +95,12 @@ def capture(body: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         stored_body = None
         for name in _ARGUMENT_HEADERS:
             headers.pop(name, None)
+    # Body and headers in one round trip through the encoder (each raises alike).
+    plain_body, plain_headers = _plain([stored_body, headers])
     return {
         "v": VERSION,
-        "body": None if stored_body is None else _plain(stored_body),
-        "headers": _plain(headers),
+        "body": None if stored_body is None else plain_body,
+        "headers": plain_headers,
         "properties": properties,
         "exchange": _name(kwargs.get("exchange")) or "",
         "routing_key": kwargs.get("routing_key") or "",
@@ -110,14 +119,23 @@ def _when(value: Any) -> datetime | None:
     return None
 
 
+def _header(envelope: dict[str, Any] | None, name: str) -> Any:
+    """Header ``name`` of the stored envelope with kombu's types restored: only that
+    value is decoded (what ``decode`` of the whole envelope would give for it)."""
+    value = (envelope or {}).get("headers", {}).get(name)
+    if type(value) in _SELF_PLAIN:
+        return value  # the usual ISO string or None: nothing to decode
+    return kombu_json.loads(json.dumps(value))
+
+
 def eta(envelope: dict[str, Any] | None) -> datetime | None:
     """When the message is due (its ETA or countdown), if later than at once."""
-    return _when(decode(envelope or {}).get("headers", {}).get("eta"))
+    return _when(_header(envelope, "eta"))
 
 
 def expires(envelope: dict[str, Any] | None) -> datetime | None:
     """When the message expires, if it does."""
-    return _when(decode(envelope or {}).get("headers", {}).get("expires"))
+    return _when(_header(envelope, "expires"))
 
 
 def decode(envelope: dict[str, Any]) -> dict[str, Any]:
