@@ -59,6 +59,7 @@ class KeySpec:
         self.task_name = task_name
         self.signature = signature
         self.source = source
+        self._simple = _simple_parameters(signature)
         if source is None:
             raise ConfigurationError(
                 f"task {task_name} declares no idempotency_key: give a template such as "
@@ -88,6 +89,11 @@ class KeySpec:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The arguments by parameter name, defaults applied (what the fingerprint covers)."""
+        if self._simple is not None:
+            bound = _bind_simple(self._simple, args, kwargs)
+            if bound is not None:
+                return bound
+        # Anything else (and every call that does not fit, for its TypeError): inspect's.
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return dict(bound.arguments)
@@ -111,6 +117,45 @@ class KeySpec:
                     f"arguments: {exc!r}"
                 ) from exc
         return validate_key(source(*args, **kwargs))
+
+
+#: (name, default, positional) of each parameter of a body without */**/positional-only.
+_Simple = tuple[tuple[str, Any, bool], ...]
+
+
+def _simple_parameters(signature: inspect.Signature) -> _Simple | None:
+    """The parameters, when ``_bind_simple`` can bind them as ``Signature.bind`` would
+    (no ``*args``, ``**kwargs`` or positional-only ones); else None."""
+    kinds = {inspect.Parameter.POSITIONAL_OR_KEYWORD: True,
+             inspect.Parameter.KEYWORD_ONLY: False}
+    if any(p.kind not in kinds for p in signature.parameters.values()):
+        return None
+    return tuple((p.name, p.default, kinds[p.kind]) for p in signature.parameters.values())
+
+
+def _bind_simple(params: _Simple, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """``Signature.bind(*args, **kwargs)`` with defaults applied, in parameter order,
+    without inspect's generality (the hot path of every publish and every task); None
+    when the call does not bind (inspect then raises its usual TypeError)."""
+    bound: dict[str, Any] = {}
+    used = named = 0
+    for name, default, positional in params:
+        if positional and used < len(args):
+            if name in kwargs:
+                return None  # given twice
+            bound[name] = args[used]
+            used += 1
+        elif name in kwargs:
+            bound[name] = kwargs[name]
+            named += 1
+        elif default is not inspect.Parameter.empty:
+            bound[name] = default
+        else:
+            return None  # missing
+    if used < len(args) or named < len(kwargs):
+        return None  # too many positional arguments, or an unknown keyword
+    return bound
 
 
 def check_template(task_name: str, template: str, signature: inspect.Signature,

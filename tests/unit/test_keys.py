@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from celery import Celery
 
@@ -167,3 +169,47 @@ class TestValidateKey:
         task = make_task(ship, name="t.nul3", idempotency_key="ship/{order_id}")
         with pytest.raises(ArgumentsNotJSON, match=r"\['order_id'\] contains a NUL"):
             task.intent(("a\x00b",))
+
+
+class TestBind:
+    """``KeySpec.bind``'s fast path binds exactly as ``inspect.Signature.bind`` would."""
+
+    BODIES = [lambda a, b: 0, lambda a, b=2, *, c, d=4: 0, lambda a=1: 0, lambda: 0,
+              lambda *, k: 0, lambda a, b, c=3: 0]
+
+    @pytest.mark.parametrize("body", BODIES)
+    def test_every_call_binds_as_inspect_does_or_fails_as_it_does(self, body):
+        """Every mix of 0-4 positional arguments and up to 3 keywords (known, unknown,
+        repeated): the same arguments in the same order, or inspect's own TypeError."""
+        import inspect
+        import itertools
+
+        from celery_idem.keys import KeySpec
+
+        signature = inspect.signature(body)
+        spec = KeySpec("t.bind", PER_CALL, signature)
+        assert spec._simple is not None
+        names = ["a", "b", "c", "d", "k", "z"]
+        for n, size in itertools.product(range(5), range(4)):
+            for keywords in itertools.combinations(names, size):
+                args, kwargs = tuple(range(10, 10 + n)), {k: k.upper() for k in keywords}
+                try:
+                    expected = signature.bind(*args, **kwargs)
+                except TypeError as exc:
+                    with pytest.raises(TypeError, match=re.escape(str(exc))):
+                        spec.bind(args, kwargs)
+                    continue
+                expected.apply_defaults()
+                assert list(spec.bind(args, kwargs).items()) == list(
+                    expected.arguments.items())
+
+    def test_variadic_and_positional_only_bodies_use_inspect(self):
+        import inspect
+
+        from celery_idem.keys import KeySpec
+
+        for body in (lambda *a: 0, lambda a, /: 0, lambda **k: 0):
+            spec = KeySpec("t.bind", PER_CALL, inspect.signature(body))
+            assert spec._simple is None
+        spec = KeySpec("t.bind", PER_CALL, inspect.signature(lambda a, *rest, k=1: 0))
+        assert spec.bind((1, 2, 3), {}) == {"a": 1, "rest": (2, 3), "k": 1}
