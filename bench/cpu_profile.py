@@ -23,8 +23,9 @@ one Effect row (one ORM INSERT): ``cpu.plain`` (the project's plain Celery task 
 Measured: this process's CPU (``time.process_time``: user + system, PostgreSQL's and the
 broker's CPU are not in it) and wall time, per operation; medians over rounds and the
 ratio idempotent / plain. ``--profile publish-idem|task-idem|publish-plain|task-plain``
-runs that loop once more under cProfile and prints the top entries (cumulative and own
-time). PostgreSQL only (``IDEM_PG_NAME``, default ``idem_bench``).
+runs that loop once more under cProfile (timed in CPU time) and prints the top entries
+(cumulative and own time); ``--dump`` keeps the stats for pstats. PostgreSQL only
+(``IDEM_PG_NAME``, default ``idem_bench``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import os
 import pstats
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -156,8 +156,8 @@ def purge(queue: str) -> None:
         conn.default_channel.queue_purge(queue)
 
 
-def round_(tasks: dict[str, Any], n: int, queue: str, base: int,
-           profiled: str | None = None, top: int = 40) -> dict[str, dict[str, float]]:
+def round_(tasks: dict[str, Any], n: int, queue: str, base: int, profiled: str | None = None,
+           top: int = 40, dump: str | None = None) -> dict[str, dict[str, float]]:
     """One round: publish n of each, then run each's messages; interleaved."""
     from celery import signals
 
@@ -171,7 +171,7 @@ def round_(tasks: dict[str, Any], n: int, queue: str, base: int,
         try:
             loop = publish_loop(tasks[kind], ids, queue)
             if profiled == f"publish-{kind}":
-                print(profile(loop, top, os.environ.get("BENCH_PROFILE_DUMP")))
+                print(profile(loop, top, dump))
             else:
                 out[f"publish-{kind}"] = measure(loop, n)
         finally:
@@ -181,7 +181,7 @@ def round_(tasks: dict[str, Any], n: int, queue: str, base: int,
     for kind in ("plain", "idem"):
         loop = task_loop(tasks[kind], sent[kind].messages, queue)
         if profiled == f"task-{kind}":
-            print(profile(loop, top, os.environ.get("BENCH_PROFILE_DUMP")))
+            print(profile(loop, top, dump))
         else:
             out[f"task-{kind}"] = measure(loop, n)
     _check_effects(2 * n)
@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", choices=LOOPS, default=None,
                     help="after the rounds, run this loop under cProfile and print the top")
     ap.add_argument("--top", type=int, default=40, help="entries --profile prints")
+    ap.add_argument("--dump", default=None, help="also write the --profile stats here (pstats)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -215,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["IDEM_BROKER"] = "memory://"
     os.environ["IDEM_RESULTS"] = "cache+memory://"
     c.setup_django()
-    from celery_idem.worker_connections import take_over
     from bench.worker_app import app
+    from celery_idem.worker_connections import take_over
 
     take_over(app)  # the keep policy's prerun/postrun receivers, as in a worker
     tasks = dict(zip(("plain", "idem"), define_tasks(app), strict=True))
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             c.log(f"round {rnd + 1}/{args.rounds}: " + ", ".join(
                 f"{k} {v[-1]['cpu_us']:.0f}us cpu" for k, v in samples.items()))
         if args.profile:
-            round_(tasks, args.n, queue, base, profiled=args.profile, top=args.top)
+            round_(tasks, args.n, queue, base, profiled=args.profile, top=args.top,
+                   dump=args.dump)
     finally:
         if args.broker == "redis":
             c.delete_queue("redis", queue)
