@@ -90,9 +90,9 @@ class KeySpec:
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The arguments by parameter name, defaults applied (what the fingerprint covers)."""
         if self._simple is not None:
-            bound = _bind_simple(self._simple, args, kwargs)
-            if bound is not None:
-                return bound
+            fast = _bind_simple(self._simple, args, kwargs)
+            if fast is not None:
+                return fast
         # Anything else (and every call that does not fit, for its TypeError): inspect's.
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
@@ -126,11 +126,11 @@ _Simple = tuple[tuple[str, Any, bool], ...]
 def _simple_parameters(signature: inspect.Signature) -> _Simple | None:
     """The parameters, when ``_bind_simple`` can bind them as ``Signature.bind`` would
     (no ``*args``, ``**kwargs`` or positional-only ones); else None."""
-    kinds = {inspect.Parameter.POSITIONAL_OR_KEYWORD: True,
-             inspect.Parameter.KEYWORD_ONLY: False}
-    if any(p.kind not in kinds for p in signature.parameters.values()):
+    params = signature.parameters.values()
+    simple = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind not in simple for p in params):
         return None
-    return tuple((p.name, p.default, kinds[p.kind]) for p in signature.parameters.values())
+    return tuple((p.name, p.default, p.kind is simple[0]) for p in params)
 
 
 def _bind_simple(params: _Simple, args: tuple[Any, ...],
