@@ -54,6 +54,8 @@ _idle: dict[str, list[Any]] = {}
 _opened: weakref.WeakSet[Any] = weakref.WeakSet()
 _lock = threading.Lock()
 _pid = os.getpid()
+#: libpq's PQTRANS_IDLE (psycopg.pq.TransactionStatus.IDLE): no query, no transaction.
+PQTRANS_IDLE = 0
 
 
 def bookkeeping_connection(alias: str) -> Any:
@@ -85,6 +87,9 @@ def driver_idle(conn: Any) -> bool:
     raw = conn.connection
     if raw is None or conn.vendor != "postgresql":
         return True
+    pgconn = getattr(raw, "pgconn", None)
+    if pgconn is not None:  # psycopg 3: libpq's int, without a ConnectionInfo and an enum
+        return bool(pgconn.transaction_status == PQTRANS_IDLE)
     info = getattr(raw, "info", None)
     if info is not None:  # psycopg 3
         import psycopg
