@@ -155,3 +155,12 @@ def test_wal_breakdown(bench_env, tmp_path):
     assert set(statements) == {"intent", "claim", "body", "commit"}
     assert all(v["bytes"] > 0 for v in statements.values())
     assert set(data["plain"]["by_statement"]) == {"body"}
+
+
+def test_cpu_profile(bench_env, tmp_path):
+    """Every loop measured, both ratios reported; --profile prints the profile's table."""
+    data = run(bench_env, tmp_path, "cpu_profile.py", "--n", "10", "--rounds", "1",
+               "--profile", "publish-idem", "--top", "5")
+    assert set(data["median"]) == {"publish-plain", "publish-idem", "task-plain", "task-idem"}
+    assert all(m["cpu_us"] > 0 for m in data["median"].values())
+    assert set(data["ratios"]) == {"publish", "task"}
