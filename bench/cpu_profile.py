@@ -102,6 +102,7 @@ def task_loop(task: Any, messages: list[tuple[dict[str, Any], Any]],
 
     from bench.worker_app import app
 
+    task = app.tasks[task.name]  # the task itself, as a worker has it (not a proxy)
     tracer = _tracers.get(task.name)
     if tracer is None:
         tracer = _tracers[task.name] = build_tracer(
