@@ -136,6 +136,12 @@ def test_honest(bench_env, tmp_path):
                            str(tmp_path / "honest.json")], cwd=ROOT, env=bench_env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "rabbitmq" in proc.stdout, proc.stderr[-3000:]
+    # docs/benchmarks.md's tables, rendered from the same file
+    proc = subprocess.run([sys.executable, "bench/report.py", str(tmp_path / "honest.json")],
+                          cwd=ROOT, env=bench_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| rabbitmq | tasks/s | × django |" in proc.stdout
+    assert "| raw (psycopg, kept connection) |" in proc.stdout
 
 
 def test_envelope_cost(bench_env, tmp_path):
