@@ -71,6 +71,15 @@ def new_queue(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+def configure_in_process(queue: str) -> dict[str, str]:
+    """``configure`` for a benchmark that runs its tasks in this process: kombu's in-memory
+    transport and result backend, so PostgreSQL is the only server it measures."""
+    configure("redis", queue)
+    os.environ["IDEM_BROKER"] = "memory://"
+    os.environ["IDEM_RESULTS"] = "cache+memory://"
+    return dict(os.environ)
+
+
 def setup_django(create_db: bool = True) -> None:
     """django.setup(), after creating and migrating the benchmark database if needed."""
     if create_db:

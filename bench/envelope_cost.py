@@ -20,7 +20,6 @@ For each: the median microseconds per publish over rounds, the statements per pu
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -41,8 +40,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
-    c.configure("redis", c.new_queue("bench-envelope"))
-    os.environ["IDEM_BROKER"] = "memory://"
+    c.configure_in_process(c.new_queue("bench-envelope"))
     c.setup_django()
 
     from django.db import connection, transaction

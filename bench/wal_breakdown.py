@@ -246,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="default bench/results/wal_breakdown.json")
     args = ap.parse_args(argv)
 
-    c.configure("redis", queue=QUEUE)
-    os.environ["IDEM_BROKER"] = "memory://"
-    os.environ["IDEM_RESULTS"] = "cache+memory://"
+    c.configure_in_process(QUEUE)
     c.setup_django()
     import bench.worker_app  # noqa: F401  (registers the benchmark tasks)
 
