@@ -104,17 +104,25 @@ class Injector(threading.Thread):
             return None
         return self.rng.choice(sorted(found, key=lambda b: b[0]))
 
+    def _signal_busy(self, kinds: tuple[str, ...], sig: signal.Signals):
+        """Send ``sig`` to a random busy child: (pid, its marker), or None when no child
+        was busy or it exited first."""
+        picked = self._pick_busy(kinds)
+        if picked is None:
+            return None
+        try:
+            os.kill(picked[0], sig)
+        except ProcessLookupError:
+            return None
+        return picked
+
     # -- the faults --------------------------------------------------------------------
 
     def kill_child(self) -> Fault | None:
-        picked = self._pick_busy(("atomic", "charge", "count"))
+        picked = self._signal_busy(("atomic", "charge", "count"), signal.SIGKILL)
         if picked is None:
             return None
         pid, marker = picked
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return None
         return Fault("kill_child", time.time(), [pid], {"key": marker["key"]})
 
     def kill_worker(self) -> Fault:
@@ -130,14 +138,10 @@ class Injector(threading.Thread):
         """Freeze a child past its lease; resume it once its claim was taken over."""
         from celery_idem.models import Job
 
-        picked = self._pick_busy(("charge", "count"))
+        picked = self._signal_busy(("charge", "count"), signal.SIGSTOP)
         if picked is None:
             return None
         pid, marker = picked
-        try:
-            os.kill(pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            return None
         fault = Fault("zombie", time.time(), [pid], dict(marker))
         try:
             def taken_over() -> bool:

@@ -66,8 +66,8 @@ class Process:
             pass
         self.process.wait(timeout=30)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Warm shutdown (SIGTERM; SIGCONT in case it is frozen), then SIGKILL."""
+    def terminate(self) -> None:
+        """Ask for a warm shutdown (SIGTERM; SIGCONT first, in case it is frozen)."""
         if self.alive():
             assert self.process is not None
             try:
@@ -75,6 +75,12 @@ class Process:
             except ProcessLookupError:
                 pass
             self.process.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Warm shutdown (``terminate``), then SIGKILL."""
+        if self.alive():
+            assert self.process is not None
+            self.terminate()
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -140,13 +146,7 @@ class Fleet:
             everything = [*self.workers, *self.retired]
         if self.beat is not None:
             self.beat.stop()
-        for process in everything:
-            if process.alive():
-                assert process.process is not None
-                try:
-                    os.killpg(process.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-                process.process.send_signal(signal.SIGTERM)
+        for process in everything:  # all asked first, so they shut down together
+            process.terminate()
         for process in everything:
             process.stop()
