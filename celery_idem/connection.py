@@ -90,11 +90,6 @@ def driver_idle(conn: Any) -> bool:
     pgconn = getattr(raw, "pgconn", None)
     if pgconn is not None:  # psycopg 3: libpq's int, without a ConnectionInfo and an enum
         return bool(pgconn.transaction_status == PQTRANS_IDLE)
-    info = getattr(raw, "info", None)
-    if info is not None:  # psycopg 3
-        import psycopg
-
-        return bool(info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
     # psycopg2: TRANSACTION_STATUS_IDLE is 0
     return bool(raw.get_transaction_status() == 0)  # pragma: no cover
 
