@@ -21,11 +21,13 @@ from .errors import (
     KeyMismatch,
     LeaseLost,
     MissingKey,
+    NotMigrated,
     PersistenceError,
     ResultNotJSON,
     StepNotJSON,
     StoredFailure,
 )
+from .installation import check_installed  # noqa: F401 - registers the check
 from .keys import ALL_ARGUMENTS, PER_CALL
 from .leader import LeaderTask
 from .task import IdempotentTask
@@ -55,6 +57,7 @@ __all__ = [
     "KeyMismatch",
     "LeaseLost",
     "MissingKey",
+    "NotMigrated",
     "PersistenceError",
     "ResultNotJSON",
     "InvalidStep",

@@ -26,7 +26,8 @@ from django.utils import timezone
 
 from . import states
 from .backends import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow, get_backend
-from .errors import ClaimLost, PersistenceError
+from .errors import ClaimLost, NotMigrated, PersistenceError
+from .installation import not_migrated
 from .states import State
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def persistence() -> Iterator[None]:
     try:
         yield
     except DatabaseError as exc:
-        raise PersistenceError(f"the job database failed: {exc}") from exc
+        raise not_migrated(exc) or PersistenceError(f"the job database failed: {exc}") from exc
 
 
 #: Backoff (seconds) between tries of bookkeeping on a fresh connection: a claim gives
@@ -63,7 +64,8 @@ def retrying(backend: Backend, step: Callable[[], T], backoff: tuple[float, ...]
             with persistence():
                 return step()
         except PersistenceError as exc:
-            if pause is None or not _transient(exc.__cause__) or not _fresh(backend):
+            if (pause is None or isinstance(exc, NotMigrated) or not _transient(exc.__cause__)
+                    or not _fresh(backend)):
                 raise
             logger.warning("job database: %s; trying again on a fresh connection in %ss",
                            exc.__cause__, pause, extra={"action": "bookkeeping_retry"})

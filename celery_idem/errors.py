@@ -113,6 +113,12 @@ class PersistenceError(IdempotencyError):
     """The job database could not be read or written; the body did not run unclaimed."""
 
 
+class NotMigrated(PersistenceError, ConfigurationError):
+    """The job tables do not exist on the job database: ``manage.py migrate`` was not run
+    there. A worker treats it as any persistence error (the message waits and comes back,
+    so a deploy that migrates a moment later loses nothing)."""
+
+
 class Expired(StoredFailure):
     """The job's message expired before any worker claimed it (state EXPIRED). A
     duplicate gets this error; an operator's retry sends it again without its expiry."""
@@ -143,6 +149,7 @@ __all__ = [
     "KeyMismatch",
     "LeaseLost",
     "MissingKey",
+    "NotMigrated",
     "PersistenceError",
     "ResultNotJSON",
     "StepNotJSON",

@@ -1,26 +1,18 @@
-"""Run the whole test suite, tier by tier: ``python3 tests/run.py``.
+"""Run the test suite tier by tier: ``python3 tests/run.py`` (what CI runs).
 
 On a fresh machine it first makes ``.venv`` and installs the project with its test
-extras. First the static checks (ruff, mypy on the library, ``makemigrations --check``
-for the test project and the demo's shop),
-each counted as one test; then the tiers (pytest runs, each with its own database,
-broker and queue):
-
-1. sqlite: no services: unit tests, database tests on SQLite (the model test included),
-   the admin in a real browser, and real worker processes on the filesystem transport
-   (the demo small among them).
-2. postgres+redis: database tests on PostgreSQL (the model test included), workers on
-   Redis (the demo small among them), every benchmark at a tiny size (so the scripts in
-   bench/ cannot rot), and the chaos suite small.
-3. postgres+rabbitmq: workers on RabbitMQ, and the chaos suite small.
-
-Tiers 2 and 3 need PostgreSQL, Redis and RabbitMQ on 127.0.0.1. Without them they are
-skipped, except in CI (``CI=true``), where a missing service fails the run.
-Extra arguments go to every pytest run, e.g. ``python3 tests/run.py -k claim -x``.
+extras (``--help`` and ``--list`` install nothing). The static checks come first (ruff,
+mypy on the library, ``makemigrations --check`` for the test project and for the demo's
+shop, each counted as one test), then the tiers: each a pytest run with its own
+database, broker, queue and temporary folder (``--list`` shows them). A tier whose
+services are not listening on 127.0.0.1 is skipped, except in CI (``CI=true``), where it
+fails the run. Arguments the runner does not know go to every pytest run, e.g.
+``python3 tests/run.py --tier sqlite -k claim -x``.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import socket
@@ -29,31 +21,48 @@ import sys
 import tempfile
 import uuid
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "django_app" / "bootstrap.py")
-assert _spec and _spec.loader
-_bootstrap = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_bootstrap)
-
 REDIS = "redis://127.0.0.1:6379"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
 SERVICES = {"postgres": 5432, "redis": 6379, "rabbitmq": 5672}
-#: (name, environment, test paths, services it needs)
-TIERS = [
-    ("sqlite", {"IDEM_DATABASE": "sqlite"},
-     ["tests/unit", "tests/db", "tests/browser", "tests/integration"], []),
-    ("postgres+redis", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": f"{REDIS}/0",
-                        "IDEM_RESULTS": f"{REDIS}/1"},
-     ["tests/db", "tests/integration", "tests/bench", "tests/chaos"],
-     ["postgres", "redis", "rabbitmq"]),
-    ("postgres+rabbitmq", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": RABBITMQ,
-                           "IDEM_RESULTS": f"{REDIS}/1"}, ["tests/integration", "tests/chaos"],
-     ["postgres", "rabbitmq", "redis"]),
-]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-#: The static checks: (name, command). Each fails the run when it fails.
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One pytest run: what it tests, on which database and broker."""
+
+    name: str
+    about: str
+    paths: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    services: tuple[str, ...] = ()
+    #: Only with ``--full`` (or named with ``--tier``): the whole matrix, too slow for CI.
+    full_only: bool = False
+
+
+POSTGRES = {"IDEM_DATABASE": "postgres"}
+TIERS = [
+    Tier("unit", "unit tests: no database, no services (the fastest useful subset)",
+         ("tests/unit",)),
+    Tier("sqlite", "SQLite (WAL) + celery-idem's filesystem transport: database tests, "
+         "the admin in headless Chromium, real worker processes (the demo small among them)",
+         ("tests/db", "tests/browser", "tests/integration"), {"IDEM_DATABASE": "sqlite"}),
+    Tier("postgres+redis", "PostgreSQL + Redis: database tests (native SQL and portable "
+         "backends), real workers on every pool, every benchmark at a tiny size, the chaos "
+         "suite small", ("tests/db", "tests/integration", "tests/bench", "tests/chaos"),
+         {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
+         ("postgres", "redis", "rabbitmq")),
+    Tier("postgres+rabbitmq", "PostgreSQL + RabbitMQ: real workers, the chaos suite small",
+         ("tests/integration", "tests/chaos"),
+         {**POSTGRES, "IDEM_BROKER": RABBITMQ, "IDEM_RESULTS": f"{REDIS}/1"},
+         ("postgres", "rabbitmq", "redis")),
+]
+#: The static checks: (name, command). Each counts as one test and fails the run when
+#: it fails.
 CHECKS = [
     ("ruff", ["-m", "ruff", "check", "celery_idem", "tests", "bench", "django_app",
               "example_project"]),
@@ -64,9 +73,41 @@ CHECKS = [
     ("shop migrations", ["-m", "django", "makemigrations", "--check", "--dry-run",
                          "--pythonpath=example_project", "--settings=shop.settings"]),
 ]
+CHECKS_TIER = "checks"
 
 
-def _missing(services: list[str]) -> list[str]:
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The runner's own options, and the rest for pytest."""
+    names = [CHECKS_TIER, *(tier.name for tier in TIERS)]
+    parser = argparse.ArgumentParser(
+        prog="python3 tests/run.py", description=__doc__.split("\n\n")[0], allow_abbrev=False,
+        epilog="Fastest useful subset: python3 tests/run.py --tier checks --tier unit. "
+               "Every other argument goes to pytest.")
+    parser.add_argument("--tier", action="append", choices=names, metavar="NAME",
+                        help=f"run only this tier (repeatable): {', '.join(names)}")
+    parser.add_argument("--full", action="store_true",
+                        help="the whole matrix: every tier, every worker test on every "
+                             "pool (IDEM_FULL_MATRIX=1); slow, for releases")
+    parser.add_argument("--list", action="store_true", help="list the tiers and exit")
+    return parser.parse_known_args(argv)
+
+
+def selected(args: argparse.Namespace) -> tuple[bool, list[Tier]]:
+    """Whether to run the static checks, and the tiers to run, in order."""
+    if args.tier:
+        return CHECKS_TIER in args.tier, [t for t in TIERS if t.name in args.tier]
+    return True, [t for t in TIERS if args.full or not t.full_only]
+
+
+def list_tiers() -> None:
+    print(f"{CHECKS_TIER:20} ruff, mypy, makemigrations --check (test project, demo shop)")
+    for tier in TIERS:
+        needs = f" [needs {', '.join(tier.services)}]" if tier.services else ""
+        full = " (only with --full)" if tier.full_only else ""
+        print(f"{tier.name:20} {tier.about}{needs}{full}")
+
+
+def _missing(services: tuple[str, ...]) -> list[str]:
     missing = []
     for name in services:
         try:
@@ -79,16 +120,15 @@ def _missing(services: list[str]) -> list[str]:
 def _counts(junit: Path) -> tuple[int, int, int]:
     if not junit.exists():
         return 0, 0, 0
-    suites = ET.parse(junit).getroot().iter("testsuite")
     tests = failed = skipped = 0
-    for suite in suites:
+    for suite in ET.parse(junit).getroot().iter("testsuite"):
         tests += int(suite.get("tests", 0))
         failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
         skipped += int(suite.get("skipped", 0))
     return tests - failed - skipped, failed, skipped
 
 
-def _checks(workdir: Path) -> tuple[int, int]:
+def run_checks(workdir: Path) -> tuple[int, int]:
     """Run the static checks; (passed, failed)."""
     passed = failed = 0
     for name, args in CHECKS:
@@ -103,37 +143,62 @@ def _checks(workdir: Path) -> tuple[int, int]:
     return passed, failed
 
 
+def run_tier(tier: Tier, workdir: Path, run_id: str, env: dict[str, str],
+             pytest_args: list[str]) -> tuple[int, int, int, bool]:
+    """One tier's pytest run: (passed, failed, skipped, ok)."""
+    junit = workdir / f"{tier.name}.xml"
+    env = {
+        **env, **tier.env,
+        "IDEM_VAR_DIR": str(workdir / tier.name),
+        "IDEM_QUEUE": f"idem-test-{run_id}-{tier.name}",
+        "IDEM_PG_NAME": f"idem_{run_id}",
+    }
+    code = subprocess.call(
+        [sys.executable, "-m", "pytest", *tier.paths, f"--junitxml={junit}",
+         "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env=env)
+    passed, failed, skipped = _counts(junit)
+    # 5: no test collected (e.g. -k matched nothing in this tier), not a failure.
+    return passed, failed, skipped, code in (0, 5)
+
+
 def main(argv: list[str]) -> int:
-    _bootstrap.ensure_venv("test,bench")
+    args, pytest_args = parse(argv)
+    if args.list:
+        list_tiers()
+        return 0
+    _bootstrap().ensure_venv("test,bench")
+    with_checks, tiers = selected(args)
+    env = dict(os.environ)
+    if args.full:
+        env["IDEM_FULL_MATRIX"] = "1"
     run_id = uuid.uuid4().hex[:8]
     workdir = Path(tempfile.mkdtemp(prefix=f"celery-idem-{run_id}-"))
-    passed, failed = _checks(workdir)
+    passed, failed = run_checks(workdir) if with_checks else (0, 0)
     totals = [passed, failed, 0]
-    exit_code = 1 if failed else 0
-    for name, env_extra, paths, services in TIERS:
-        print(f"\n=== tier {name} ===", flush=True)
-        missing = _missing(services)
+    ok = not failed
+    for tier in tiers:
+        print(f"\n=== tier {tier.name} ===", flush=True)
+        missing = _missing(tier.services)
         if missing and not IN_CI:
             print(f"skipped: {', '.join(missing)} not reachable on 127.0.0.1 "
                   "(in CI this fails the run)", flush=True)
             continue
-        junit = workdir / f"{name}.xml"
-        env = {
-            **os.environ, **env_extra,
-            "IDEM_VAR_DIR": str(workdir / name), "IDEM_QUEUE": f"idem-test-{run_id}-{name}",
-            "IDEM_PG_NAME": f"idem_{run_id}",
-        }
-        code = subprocess.call(
-            [sys.executable, "-m", "pytest", *paths, f"--junitxml={junit}",
-             "-p", "no:cacheprovider", *argv], cwd=ROOT, env=env)
-        passed, failed, skipped = _counts(junit)
-        totals = [totals[0] + passed, totals[1] + failed, totals[2] + skipped]
-        if code not in (0, 5):
-            exit_code = 1
+        *counts, tier_ok = run_tier(tier, workdir, run_id, env, pytest_args)
+        totals = [total + count for total, count in zip(totals, counts, strict=True)]
+        ok = ok and tier_ok
     print(f"\ntotal: {totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
-    if totals[0] == 0:
-        exit_code = exit_code or 1
-    return exit_code
+    return 0 if ok and totals[0] else 1
+
+
+def _bootstrap():  # noqa: ANN202 - a module loaded by path
+    """django_app/bootstrap.py, loaded by path: the package imports Celery, which a fresh
+    machine does not have yet."""
+    spec = importlib.util.spec_from_file_location(
+        "bootstrap", ROOT / "django_app" / "bootstrap.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":

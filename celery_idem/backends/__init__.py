@@ -10,6 +10,7 @@ from functools import cache
 
 from django.db import connections
 
+from ..installation import require_installed
 from .base import Backend
 from .values import Change, Claimant, ClaimOutcome, Intent, JobRow
 
@@ -34,6 +35,7 @@ def get_backend(alias: str, dedicated: bool = False) -> Backend:
 
 @cache
 def _native(alias: str, dedicated: bool) -> Backend:
+    require_installed()  # before the models are imported
     if connections[alias].vendor == "postgresql":
         from .postgresql import PostgreSQLBackend
 
