@@ -39,7 +39,7 @@ _spec.loader.exec_module(_bootstrap)
 
 REDIS = "redis://127.0.0.1:6379"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
-SERVICES = {"postgres": 5432, "redis": 6379, "rabbitmq": 5672}
+SERVICES = {"postgres": 5432, "redis": 6379, "rabbitmq": 5672, "mariadb": 3306}
 #: (name, environment, test paths, services it needs)
 TIERS = [
     ("sqlite", {"IDEM_DATABASE": "sqlite"},
@@ -51,6 +51,15 @@ TIERS = [
     ("postgres+rabbitmq", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": RABBITMQ,
                            "IDEM_RESULTS": f"{REDIS}/1"}, ["tests/integration", "tests/chaos"],
      ["postgres", "rabbitmq", "redis"]),
+    # MariaDB (Django's mysql backend) on mysqlclient: the portable backend, its
+    # migrations, the admin and real workers; the chaos smoke on a private mariadbd.
+    ("mariadb+redis", {"IDEM_DATABASE": "mysql", "IDEM_MYSQL_DRIVER": "mysqlclient",
+                       "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
+     ["tests/db", "tests/integration", "tests/chaos"], ["mariadb", "redis"]),
+    # The other driver, PyMySQL: the backend contract and the claim races.
+    ("mariadb-pymysql", {"IDEM_DATABASE": "mysql", "IDEM_MYSQL_DRIVER": "pymysql"},
+     ["tests/db/test_backend_contract.py", "tests/db/test_claims.py",
+      "tests/db/test_race.py", "tests/db/test_mysql.py"], ["mariadb"]),
 ]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: The static checks: (name, command). Each fails the run when it fails.
@@ -121,7 +130,7 @@ def main(argv: list[str]) -> int:
         env = {
             **os.environ, **env_extra,
             "IDEM_VAR_DIR": str(workdir / name), "IDEM_QUEUE": f"idem-test-{run_id}-{name}",
-            "IDEM_PG_NAME": f"idem_{run_id}",
+            "IDEM_PG_NAME": f"idem_{run_id}", "IDEM_MYSQL_NAME": f"idem_{run_id}",
         }
         code = subprocess.call(
             [sys.executable, "-m", "pytest", *paths, f"--junitxml={junit}",
