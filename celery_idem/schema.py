@@ -35,8 +35,9 @@ PLAIN_INDEXES = {
     "celery_idem_job_pending_idx": ("state", "updated_at"),
 }
 
-#: Columns whose values are identities compared for equality: (model, field).
-BINARY_COLUMNS = (("job", "namespace"), ("job", "key"), ("lease", "name"),
+#: Columns whose values are identities compared for equality: (model, field). The state
+#: too, so its check constraint refuses "running" as the PostgreSQL one does.
+BINARY_COLUMNS = (("job", "namespace"), ("job", "key"), ("job", "state"), ("lease", "name"),
                   ("checkpoint", "step"))
 
 #: Byte-for-byte collations, best first: no pad (a trailing space counts: MariaDB 10.2+,
