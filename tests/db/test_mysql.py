@@ -134,3 +134,13 @@ def test_migrations_run_again_after_a_half_done_try_and_back_to_zero():
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"DROP DATABASE {database}")
+
+
+@on_mysql
+def test_the_connection_is_on_the_driver_the_tier_asks_for():
+    """IDEM_MYSQL_DRIVER=pymysql stands PyMySQL in for MySQLdb (django_app/settings.py):
+    the mariadb-pymysql tier really runs on it."""
+    driver = os.environ.get("IDEM_MYSQL_DRIVER", "mysqlclient")
+    connection.ensure_connection()
+    module = type(connection.connection).__module__
+    assert module.startswith("pymysql" if driver == "pymysql" else "MySQLdb"), module
