@@ -144,3 +144,21 @@ def test_the_connection_is_on_the_driver_the_tier_asks_for():
     connection.ensure_connection()
     module = type(connection.connection).__module__
     assert module.startswith("pymysql" if driver == "pymysql" else "MySQLdb"), module
+
+
+@on_mysql
+def test_gevent_is_e005_on_mysqlclient_and_not_on_pymysql(monkeypatch):
+    """mysqlclient waits for a row lock in C: under gevent the greenlet holding the lock
+    never resumes (tried: atomic duplicates on -P gevent hit the 50 s lock wait timeout);
+    PyMySQL's sockets are gevent's, and the same test passes."""
+    from celery import Celery
+
+    from celery_idem import checks
+
+    app = Celery("mysql-pool-check", set_as_current=False)
+    app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True,
+                    worker_pool="gevent")
+    monkeypatch.setattr(checks, "_celery_app", lambda: app)
+    found = [m.id for m in checks.check_celery_settings()]
+    pymysql = os.environ.get("IDEM_MYSQL_DRIVER") == "pymysql"
+    assert found == ([] if pymysql else ["celery_idem.E005"])
