@@ -13,9 +13,12 @@ broker and queue):
    Redis (the demo small among them), every benchmark at a tiny size (so the scripts in
    bench/ cannot rot), and the chaos suite small.
 3. postgres+rabbitmq: workers on RabbitMQ, and the chaos suite small.
+4. mariadb+redis: database tests on MariaDB (mysqlclient), workers on Redis, the chaos
+   suite small on a mariadbd of its own; mariadb-pymysql: the backend contract and the
+   claim tests on PyMySQL.
 
-Tiers 2 and 3 need PostgreSQL, Redis and RabbitMQ on 127.0.0.1. Without them they are
-skipped, except in CI (``CI=true``), where a missing service fails the run.
+Tiers 2 to 4 need PostgreSQL, Redis, RabbitMQ and MariaDB on 127.0.0.1. Without them
+they are skipped, except in CI (``CI=true``), where a missing service fails the run.
 Extra arguments go to every pytest run, e.g. ``python3 tests/run.py -k claim -x``.
 """
 
