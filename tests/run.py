@@ -55,11 +55,12 @@ TIERS = [
                            "IDEM_RESULTS": f"{REDIS}/1"}, ["tests/integration", "tests/chaos"],
      ["postgres", "rabbitmq", "redis"]),
     # MariaDB (Django's mysql backend) on mysqlclient: the portable backend, its
-    # migrations, the admin, real workers, and the chaos suite small on a mariadbd of its
-    # own (tests/services/mariadb.py: Debian's mariadb-server binaries).
+    # migrations, the admin (in a browser too), real workers, and the chaos suite small on
+    # a mariadbd of its own (tests/services/mariadb.py: Debian's mariadb-server binaries).
     ("mariadb+redis", {"IDEM_DATABASE": "mysql", "IDEM_MYSQL_DRIVER": "mysqlclient",
                        "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
-     ["tests/db", "tests/integration", "tests/chaos"], ["mariadb", "redis"]),
+     ["tests/db", "tests/browser", "tests/integration", "tests/chaos"],
+     ["mariadb", "redis"]),
     # The other driver, PyMySQL: the backend contract and the claim races.
     ("mariadb-pymysql", {"IDEM_DATABASE": "mysql", "IDEM_MYSQL_DRIVER": "pymysql"},
      ["tests/db/test_backend_contract.py", "tests/db/test_claims.py",
