@@ -15,7 +15,7 @@ class CeleryIdemConfig(AppConfig):
     def ready(self) -> None:
         from celery import signals
 
-        from . import checks  # noqa: F401 - importing the module registers the checks
+        from . import checks, checks_mysql  # noqa: F401 - importing registers the checks
         from .connection import on_shutdown, on_task_postrun
         from .leader import release_held
         from .pools import note_pool

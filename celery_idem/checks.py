@@ -94,13 +94,16 @@ def _check_pool(pool: str) -> list[checks.CheckMessage]:
         return []
     alias = settings.DATABASE
     engine = django_settings.DATABASES.get(alias, {}).get("ENGINE", "")
-    if pool == "eventlet" or "sqlite3" in engine:
+    # mysqlclient (MySQLdb) waits in C like sqlite3; PyMySQL standing in for it does not.
+    c_mysql = "mysql" in engine and connections[alias].Database.__name__ == "MySQLdb"
+    if pool == "eventlet" or "sqlite3" in engine or c_mysql:
         return [checks.Error(
             f"worker_pool is {pool!r} with the job database on "
-            f"{engine.rsplit('.', 1)[-1] or alias}: a task waiting for a database lock "
-            "blocks the event loop while the task holding the lock cannot finish",
-            hint="Use gevent with PostgreSQL, or prefork, solo or threads "
-                 "(docs/operations.md, Worker pools).",
+            f"{engine.rsplit('.', 1)[-1] or alias}{' (mysqlclient)' if c_mysql else ''}: a "
+            "task waiting for a database lock blocks the event loop while the task holding "
+            "the lock cannot finish",
+            hint="Use gevent with PostgreSQL or with MySQL/MariaDB on PyMySQL, or prefork, "
+                 "solo or threads (docs/operations.md, Worker pools).",
             id="celery_idem.E005",
         )]
     return []

@@ -102,7 +102,7 @@ class Job(models.Model):
         # Only the indexes a query needs, partial where the query names a state: every
         # write that is not a HOT update adds an entry to each index whose condition the
         # new row meets, so a finished job is in none of the state indexes.
-        # (MySQL/MariaDB have no partial indexes: migration 0006 gives them plain ones.)
+        # (MySQL/MariaDB have no partial indexes: they get plain ones, celery_idem/schema.py.)
         indexes = [
             # The reaper and the admin's claim filter: RUNNING past (or within) its lease;
             # the worker's shutdown hand-back (RUNNING by worker).

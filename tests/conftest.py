@@ -18,6 +18,7 @@ SERVICES = {
     "postgres": ("127.0.0.1", 5432),
     "redis": ("127.0.0.1", 6379),
     "rabbitmq": ("127.0.0.1", 5672),
+    "mariadb": ("127.0.0.1", 3306),
 }
 
 
@@ -36,14 +37,16 @@ def require_service(name: str) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     from django.conf import settings
 
-    if settings.DATABASE_KIND == "postgres":
-        host, port = SERVICES["postgres"]
+    service = {"postgres": "postgres", "mysql": "mariadb"}.get(settings.DATABASE_KIND)
+    if service is not None:
+        host, port = SERVICES[service]
         try:
             socket.create_connection((host, port), timeout=2).close()
         except OSError as exc:
             if IN_CI:
-                pytest.exit(f"PostgreSQL is required in CI and not reachable: {exc}", 1)
-            pytest.exit(f"IDEM_DATABASE=postgres but PostgreSQL is not reachable: {exc}", 1)
+                pytest.exit(f"{service} is required in CI and not reachable: {exc}", 1)
+            pytest.exit(f"IDEM_DATABASE={settings.DATABASE_KIND} but {service} is not "
+                        f"reachable on {host}:{port}: {exc}", 1)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 REDIS = "redis://127.0.0.1:6379"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
-SERVICES = {"postgres": 5432, "redis": 6379, "rabbitmq": 5672}
+SERVICES = {"postgres": 5432, "redis": 6379, "rabbitmq": 5672, "mariadb": 3306}
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -45,6 +45,7 @@ class Tier:
 
 
 POSTGRES = {"IDEM_DATABASE": "postgres"}
+MARIADB = {"IDEM_DATABASE": "mysql"}
 TIERS = [
     Tier("unit", "unit tests: no database, no services (the fastest useful subset)",
          ("tests/unit",)),
@@ -60,6 +61,17 @@ TIERS = [
          ("tests/integration", "tests/chaos"),
          {**POSTGRES, "IDEM_BROKER": RABBITMQ, "IDEM_RESULTS": f"{REDIS}/1"},
          ("postgres", "rabbitmq", "redis")),
+    Tier("mariadb+redis", "MariaDB (Django's mysql backend, mysqlclient) + Redis: the "
+         "portable backend, its migrations, the admin (in a browser too), real workers, the "
+         "chaos suite small on a mariadbd of its own (Debian's mariadb-server binaries)",
+         ("tests/db", "tests/browser", "tests/integration", "tests/chaos"),
+         {**MARIADB, "IDEM_MYSQL_DRIVER": "mysqlclient", "IDEM_BROKER": f"{REDIS}/0",
+          "IDEM_RESULTS": f"{REDIS}/1"}, ("mariadb", "redis")),
+    Tier("mariadb-pymysql", "MariaDB on the other driver, PyMySQL: the backend contract, "
+         "the claims and their races",
+         ("tests/db/test_backend_contract.py", "tests/db/test_claims.py",
+          "tests/db/test_race.py", "tests/db/test_mysql.py"),
+         {**MARIADB, "IDEM_MYSQL_DRIVER": "pymysql"}, ("mariadb",)),
 ]
 #: The static checks: (name, command). Each counts as one test and fails the run when
 #: it fails.
@@ -151,7 +163,7 @@ def run_tier(tier: Tier, workdir: Path, run_id: str, env: dict[str, str],
         **env, **tier.env,
         "IDEM_VAR_DIR": str(workdir / tier.name),
         "IDEM_QUEUE": f"idem-test-{run_id}-{tier.name}",
-        "IDEM_PG_NAME": f"idem_{run_id}",
+        "IDEM_PG_NAME": f"idem_{run_id}", "IDEM_MYSQL_NAME": f"idem_{run_id}",
     }
     code = subprocess.call(
         [sys.executable, "-m", "pytest", *tier.paths, f"--junitxml={junit}",

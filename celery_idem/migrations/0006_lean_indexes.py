@@ -2,52 +2,17 @@
 # the job table laid out for HOT updates on PostgreSQL (fillfactor). The models say which
 # query each index serves (celery_idem/models.py).
 #
-# Database-specific statements live here, and only here: the fillfactor (PostgreSQL),
-# and plain indexes for databases without partial ones (MySQL/MariaDB, where Django
-# skips an index with a condition).
+# What differs per database (the fillfactor on PostgreSQL; plain indexes led by the state
+# on MySQL/MariaDB, which have no partial ones) is in celery_idem/schema.py. MySQL/MariaDB
+# commit each DDL statement: a try that failed half-way left some of this behind, so the
+# index operations skip what is already there and the layout runs outside a transaction
+# (DDL inside one is refused there); on PostgreSQL and SQLite the migration is one
+# transaction, as before.
 
 import django.db.models.deletion
 from django.db import migrations, models
 
-
-#: Room left on each page of the job table: a row's next version fits beside it, so an
-#: update whose indexed columns are unchanged (a heartbeat, the outbox's sent mark) is
-#: HOT, and the others at least write one page. Takes effect for pages written from now
-#: on (``VACUUM FULL celery_idem_job`` rewrites the existing ones, under a lock).
-FILLFACTOR = 70
-
-#: What the partial indexes become where there are none.
-PLAIN_INDEXES = {
-    "celery_idem_job_lease_idx": ("state", "lease_expires_at"),
-    "celery_idem_job_pending_idx": ("state", "updated_at"),
-    "celery_idem_job_attention_idx": ("state", "created_at"),
-    "celery_idem_job_parent_idx": ("parent_id",),
-}
-
-
-def _table(apps):
-    return apps.get_model("celery_idem", "Job")._meta.db_table
-
-
-def lay_out(apps, schema_editor):
-    connection = schema_editor.connection
-    quote = schema_editor.quote_name
-    if connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE {quote(_table(apps))} SET (fillfactor = {FILLFACTOR})")
-    elif not connection.features.supports_partial_indexes:
-        for name, columns in PLAIN_INDEXES.items():
-            schema_editor.execute(f"CREATE INDEX {quote(name)} ON {quote(_table(apps))} "
-                                  f"({', '.join(quote(c) for c in columns)})")
-
-
-def undo_layout(apps, schema_editor):
-    connection = schema_editor.connection
-    quote = schema_editor.quote_name
-    if connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE {quote(_table(apps))} RESET (fillfactor)")
-    elif not connection.features.supports_partial_indexes:
-        for name in PLAIN_INDEXES:
-            schema_editor.execute(f"DROP INDEX {quote(name)} ON {quote(_table(apps))}")
+from celery_idem import schema
 
 
 class Migration(migrations.Migration):
@@ -57,44 +22,45 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RemoveIndex(
+        schema.RemoveIndexIfPresent(
             model_name='job',
             name='celery_idem_job_lease_idx',
         ),
-        migrations.RemoveIndex(
+        schema.RemoveIndexIfPresent(
             model_name='job',
             name='celery_idem_job_pending_idx',
         ),
-        migrations.AlterField(
+        schema.AlterForeignKeyIndex(
             model_name='checkpoint',
             name='job',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='celery_idem.job', verbose_name='job'),
         ),
-        migrations.AlterField(
+        schema.AlterForeignKeyIndex(
             model_name='job',
             name='parent',
             field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='children', to='celery_idem.job', verbose_name='parent job'),
         ),
-        migrations.AlterField(
+        schema.AlterForeignKeyIndex(
             model_name='transition',
             name='job',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='transitions', to='celery_idem.job', verbose_name='job'),
         ),
-        migrations.AddIndex(
+        schema.AddIndexIfMissing(
             model_name='job',
             index=models.Index(condition=models.Q(('state', 'RUNNING')), fields=['lease_expires_at'], name='celery_idem_job_lease_idx'),
         ),
-        migrations.AddIndex(
+        schema.AddIndexIfMissing(
             model_name='job',
             index=models.Index(condition=models.Q(('state', 'PENDING')), fields=['updated_at'], name='celery_idem_job_pending_idx'),
         ),
-        migrations.AddIndex(
+        schema.AddIndexIfMissing(
             model_name='job',
             index=models.Index(condition=models.Q(('state__in', ['FAILED', 'UNCERTAIN', 'EXPIRED'])), fields=['state', '-created_at'], name='celery_idem_job_attention_idx'),
         ),
-        migrations.AddIndex(
+        schema.AddIndexIfMissing(
             model_name='job',
             index=models.Index(condition=models.Q(('parent__isnull', False)), fields=['parent'], name='celery_idem_job_parent_idx'),
         ),
-        migrations.RunPython(lay_out, undo_layout, elidable=False),
+        migrations.RunPython(schema.lay_out_job_table, schema.undo_job_table_layout,
+                             atomic=False, elidable=False),
     ]

@@ -9,7 +9,8 @@
 # either column order. The swap rebuilds the unique index: on PostgreSQL and SQLite in
 # the migration's transaction, under a lock on the table for the build; MySQL/MariaDB
 # commit each statement, so a key written between the drop and the create is not
-# checked: run this migration with the producers and workers stopped there.
+# checked: run this migration with the producers and workers stopped there (a try that
+# failed half-way can run again: celery_idem/schema.py's operations skip what is done).
 #
 # Measured and not done (same benchmark): moving the envelope out of line in TOAST
 # (toast_tuple_target = 128, message STORAGE EXTERNAL). PostgreSQL only toasts a row
@@ -21,6 +22,8 @@
 
 from django.db import migrations, models
 
+from celery_idem import schema
+
 
 class Migration(migrations.Migration):
 
@@ -29,15 +32,15 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RemoveConstraint(
+        schema.RemoveConstraintIfPresent(
             model_name='job',
             name='celery_idem_job_key_uniq',
         ),
-        migrations.RemoveIndex(
+        schema.RemoveIndexIfPresent(
             model_name='job',
             name='celery_idem_job_keyprefix_idx',
         ),
-        migrations.AddConstraint(
+        schema.AddConstraintIfMissing(
             model_name='job',
             constraint=models.UniqueConstraint(fields=('key', 'namespace'), name='celery_idem_job_key_uniq'),
         ),

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.services.mariadb import MariaDB
+
 from .fleet import Fleet
 from .servers import Postgres, Redis, wait_for
 
@@ -48,7 +50,7 @@ class Injector(threading.Thread):
     """Runs the schedule; ``faults`` is the log of what struck (and ``errors``)."""
 
     def __init__(self, plan: list[tuple[float, str]], rng: random.Random, fleet: Fleet,
-                 postgres: Postgres, redis: Redis | None, folder: Path, lease: float,
+                 postgres: Postgres | MariaDB, redis: Redis | None, folder: Path, lease: float,
                  queue: str, canaries: Callable[[], list[tuple[str, list[str]]]]) -> None:
         super().__init__(name="chaos-faults", daemon=True)
         self.plan = plan

@@ -49,6 +49,11 @@ class Publisher:
 
     def canaries(self, count: int = 3) -> list[tuple[str, list[str]]]:
         """``count`` new keys, each published twice now: (key, task ids)."""
+        from django.db import connections
+
+        # Called from the fault injector's thread, whose Django connection may predate a
+        # database restart (on MariaDB the intent is written on Django's connection).
+        connections.close_all()
         sent = []
         for _ in range(count):
             with self._lock:

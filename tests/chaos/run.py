@@ -1,9 +1,10 @@
-"""The chaos suite: jobs under faults on PostgreSQL + Redis or PostgreSQL + RabbitMQ.
+"""The chaos suite: jobs under faults on PostgreSQL (or MariaDB) + Redis or RabbitMQ.
 
     PYTHONPATH=. .venv/bin/python tests/chaos/run.py --broker redis --jobs 300 --duration 60
 
-It starts its own PostgreSQL cluster (initdb, a port from 55432) and, for ``--broker
-redis``, its own Redis without persistence (a port from 63790); RabbitMQ is the shared
+It starts its own PostgreSQL cluster (initdb, a port from 55432), or with ``--database
+mariadb`` its own mariadbd (tests/services/mariadb.py, a port from 53306), and, for
+``--broker redis``, its own Redis without persistence (a port from 63790); RabbitMQ is the shared
 one on 127.0.0.1:5672 with queues named for this run (deleted at the end; RabbitMQ is
 never restarted). Then four prefork workers (``--concurrency`` children each), ``celery
 beat`` running the recovery pass, and the fake payment provider on 127.0.0.1. It
@@ -39,6 +40,7 @@ from tests.chaos.faults import Fault, Injector, schedule  # noqa: E402
 from tests.chaos.fleet import Fleet  # noqa: E402
 from tests.chaos.publisher import KINDS, Publisher  # noqa: E402
 from tests.chaos.servers import Postgres, Redis, free_port  # noqa: E402
+from tests.services.mariadb import MariaDB  # noqa: E402
 
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
 #: The recovery settings of the run (docs/operations.md): short leases and timeouts, so a
@@ -52,6 +54,8 @@ IDEM_SETTINGS = {"DEFAULT_LEASE": LEASE, "DISPATCH_TIMEOUT": 10, "DISPATCH_MAX_B
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")
+    parser.add_argument("--database", choices=("postgres", "mariadb"), default="postgres",
+                        help="the job database's server, started and restarted by the run")
     parser.add_argument("--jobs", type=int, default=300, help="keys published (default 300)")
     parser.add_argument("--duration", type=float, default=60,
                         help="seconds over which they are published and faults strike")
@@ -65,7 +69,16 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def configure(args: argparse.Namespace, folder: Path, pg_port: int, broker: str,
+def database_env(kind: str, port: int) -> dict[str, str]:
+    """The settings' variables (django_app/settings.py) for the run's own server."""
+    if kind == "mariadb":
+        return {"IDEM_DATABASE": "mysql", "IDEM_MYSQL_HOST": "127.0.0.1",
+                "IDEM_MYSQL_PORT": str(port), "IDEM_MYSQL_NAME": "chaos"}
+    return {"IDEM_DATABASE": "postgres", "IDEM_PG_HOST": "127.0.0.1",
+            "IDEM_PG_PORT": str(port), "IDEM_PG_NAME": "chaos"}
+
+
+def configure(args: argparse.Namespace, folder: Path, db_port: int, broker: str,
               queue: str) -> dict[str, str]:
     """The environment of the driver and of every process it starts; sets up Django."""
     import json
@@ -75,8 +88,7 @@ def configure(args: argparse.Namespace, folder: Path, pg_port: int, broker: str,
         os.environ.pop(name, None)
     os.environ.update({
         "DJANGO_SETTINGS_MODULE": "django_app.settings", "PYTHONPATH": str(ROOT),
-        "IDEM_DATABASE": "postgres", "IDEM_PG_HOST": "127.0.0.1", "IDEM_PG_PORT": str(pg_port),
-        "IDEM_PG_NAME": "chaos", "IDEM_BROKER": broker, "IDEM_QUEUE": queue,
+        **database_env(args.database, db_port), "IDEM_BROKER": broker, "IDEM_QUEUE": queue,
         "IDEM_VAR_DIR": str(folder / "var"), "CHAOS_RECOVERY_QUEUE": f"{queue}-recovery",
         "CHAOS_RECOVERY_INTERVAL": str(args.recovery_interval),
         **{f"CELERY_IDEM_{k}": json.dumps(v) for k, v in IDEM_SETTINGS.items()},
@@ -125,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
-    print(f"chaos: broker {args.broker}, {args.jobs} jobs over {args.duration:g}s, "
+    print(f"chaos: {args.database}, broker {args.broker}, {args.jobs} jobs over "
+          f"{args.duration:g}s, "
           f"{args.workers} prefork workers x {args.concurrency}, seed {seed}", flush=True)
     # A SIGTERM (a CI timeout) unwinds through the teardown like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -136,11 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     wall_start = time.time()
     with ExitStack() as stack:
-        postgres = Postgres(Path(tempfile.mkdtemp(prefix=f"chaos-pg-{run_id}-")),
-                            free_port(55432))
-        stack.callback(postgres.stop)  # registered first: a failed start is cleaned too
-        postgres.start()
-        postgres.createdb("chaos")
+        server = MariaDB if args.database == "mariadb" else Postgres
+        database = server(Path(tempfile.mkdtemp(prefix=f"chaos-db-{run_id}-")),
+                          free_port(53306 if args.database == "mariadb" else 55432))
+        stack.callback(database.stop)  # registered first: a failed start is cleaned too
+        database.start()
+        database.createdb("chaos")
         queue = f"chaos-{run_id}"
         redis = None
         if args.broker == "redis":
@@ -151,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             broker = RABBITMQ
             stack.callback(delete_queues, [queue, f"{queue}-recovery"])
-        env = configure(args, folder, postgres.port, broker, queue)
+        env = configure(args, folder, database.port, broker, queue)
         from django_app.fakes.provider import serve
 
         provider = stack.enter_context(serve())
@@ -161,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         fleet.start()
         publisher = Publisher(args.jobs, args.duration, args.hold, rng, folder, provider.url)
         injector = Injector(schedule(rng, args.duration, redis is not None), rng, fleet,
-                            postgres, redis, folder, LEASE, queue, publisher.canaries)
+                            database, redis, folder, LEASE, queue, publisher.canaries)
         stack.callback(injector.stopping.set)
         setup = time.monotonic() - began
         print(f"setup {setup:.0f}s; logs in {folder}", flush=True)
@@ -178,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - began
     faults = Counter(f.kind for f in injector.faults)
     title = {"command": "tests/chaos/run.py " + " ".join(argv or sys.argv[1:]),
-             "seed": seed, "broker": f"{args.broker}, PostgreSQL 15",
+             "seed": seed, "broker": f"{args.broker}, " + (
+                 "MariaDB" if args.database == "mariadb" else "PostgreSQL 15"),
              "workers": f"{args.workers} prefork x {args.concurrency} (+ replacements)",
              "jobs": f"{len(published)} ({', '.join(KINDS)})",
              "messages published": f"{counts['copies sent']} "

@@ -1,5 +1,6 @@
-"""The chaos suite, small (CI): tests/chaos/run.py on this tier's broker, in a process
-of its own (it starts its own PostgreSQL cluster and, on Redis, its own Redis). It must
+"""The chaos suite, small (CI): tests/chaos/run.py on this tier's broker and kind of
+database, in a process of its own (it starts its own PostgreSQL cluster or mariadbd and,
+on Redis, its own Redis). It must
 exit 0: nothing lost, nothing doubled, every repeat of the non-idempotent effect matched
 to a fault, every history a path through the move table. Its report is printed."""
 
@@ -15,6 +16,7 @@ import pytest
 from django.conf import settings
 
 from tests.conftest import require_service
+from tests.services import mariadb
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Small enough for CI (about two minutes per broker on 2 cores), large enough that every
@@ -23,11 +25,24 @@ SMALL = ["--jobs", "240", "--duration", "60"]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
+def _database() -> str:
+    if settings.DATABASE_KIND == "mysql":
+        if urlparse(settings.CELERY_BROKER_URL).scheme != "redis":
+            pytest.skip("on MariaDB the chaos suite runs on the MariaDB + Redis tier")
+        if not mariadb.available():
+            pytest.fail("the chaos suite on MariaDB needs mariadb-install-db and mariadbd "
+                        "(Debian's mariadb-server)")
+        return "mariadb"
+    return "postgres"
+
+
 def _broker() -> str:
     scheme = urlparse(settings.CELERY_BROKER_URL).scheme
+    if settings.DATABASE_KIND == "mysql":
+        return "redis"
     if settings.DATABASE_KIND != "postgres" or scheme not in ("redis", "amqp", "pyamqp"):
-        pytest.skip("the chaos suite runs on the PostgreSQL + Redis and PostgreSQL + "
-                    "RabbitMQ tiers (it restarts its own PostgreSQL cluster)")
+        pytest.skip("the chaos suite runs on the PostgreSQL + Redis, PostgreSQL + "
+                    "RabbitMQ and MariaDB + Redis tiers (it restarts its own database)")
     if not (PG_BIN / "initdb").exists():
         pytest.fail(f"the chaos suite needs PostgreSQL 15's server binaries in {PG_BIN}")
     if scheme == "redis":
@@ -37,11 +52,12 @@ def _broker() -> str:
 
 
 def test_small_chaos_run_loses_and_doubles_nothing() -> None:
+    database = _database()
     broker = _broker()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     seed = os.environ.get("CHAOS_SEED")
     command = [sys.executable, str(ROOT / "tests" / "chaos" / "run.py"), "--broker", broker,
-               *SMALL, *(["--seed", seed] if seed else [])]
+               "--database", database, *SMALL, *(["--seed", seed] if seed else [])]
     run = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     try:

@@ -1,5 +1,6 @@
-"""Database tests run on the tier's database (SQLite or PostgreSQL) and, on PostgreSQL,
-against both the native SQL backend and the portable ORM fallback."""
+"""Database tests run on the tier's database (SQLite, PostgreSQL or MariaDB) and, on
+PostgreSQL, against both the native SQL backend and the portable ORM fallback (the only
+backend elsewhere)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ collect_ignore = POSTGRES_ONLY if settings.DATABASE_KIND != "postgres" else []
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend_kind" in metafunc.fixturenames:
-        kinds = ["generic"] if settings.DATABASE_KIND == "sqlite" else ["native", "generic"]
+        kinds = ["native", "generic"] if settings.DATABASE_KIND == "postgres" else ["generic"]
         metafunc.parametrize("backend_kind", kinds)
 
 

@@ -55,7 +55,7 @@ BAD_KEYS = [
 def store(request):
     """Each job store the library renders the moves in, used by the whole library."""
     if request.param == "native" and settings.DATABASE_KIND != "postgres":
-        pytest.skip("the native SQL backend is PostgreSQL's; this tier runs SQLite")
+        pytest.skip("the native SQL backend is PostgreSQL's; this tier runs another database")
     chosen = {"memory": InMemoryBackend, "generic": GenericBackend}.get(request.param)
     with use_backend(chosen("default") if chosen else get_backend("default")) as backend:
         yield backend

@@ -86,7 +86,7 @@ def _synchronous_commit(wrapper):
 
 
 postgres_only = pytest.mark.skipif(not on_postgres,
-                                   reason="SQLite has no dedicated connection")
+                                   reason="the dedicated connection is PostgreSQL's")
 
 
 def _in_thread(fn):

@@ -40,6 +40,34 @@ def job_indexes() -> dict[str, str]:
             if not name.endswith(("_pkey", "_key_uniq"))}
 
 
+#: MySQL/MariaDB have no partial indexes: each one's plain columns (celery_idem/schema.py).
+PLAIN = {
+    "celery_idem_job_lease_idx": ["state", "lease_expires_at"],
+    "celery_idem_job_pending_idx": ["state", "updated_at"],
+    "celery_idem_job_attention_idx": ["state", "created_at"],
+    "celery_idem_job_parent_idx": ["parent_id"],
+    "celery_idem_job_created_idx": ["created_at"],
+    "celery_idem_job_task_idx": ["task_name", "created_at"],
+    "celery_idem_job_task_id_idx": ["task_id"],
+}
+
+on_mysql = pytest.mark.skipif(connection.vendor != "mysql", reason="MySQL/MariaDB's layout")
+not_on_mysql = pytest.mark.skipif(connection.vendor == "mysql",
+                                  reason="no partial indexes there: see the plain ones' test")
+
+
+@on_mysql
+def test_without_partial_indexes_the_state_indexes_are_plain_and_led_by_the_state():
+    """The reaper's ranges (state = RUNNING and lease_expires_at < now; state = PENDING
+    and updated_at < cutoff) read only their state's rows, not every finished job."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Job._meta.db_table)
+    found = {name: info["columns"] for name, info in constraints.items()
+             if info["index"] and not info["unique"] and not info["foreign_key"]}
+    assert found == PLAIN
+
+
+@not_on_mysql
 def test_only_the_indexes_a_query_needs_partial_where_a_state_is_named():
     found = job_indexes()
     assert set(found) == set(EXPECTED)

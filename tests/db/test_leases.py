@@ -19,6 +19,7 @@ from celery_idem.models import Lease
 from tests.integration.workers import wait_until
 
 from .lease_contender import acquire_once
+from .lock_waits import POLL_SECONDS, ROW_LOCKING, lock_waiters
 
 KINDS = ["native", "portable"] if settings.DATABASE_KIND == "postgres" else ["portable"]
 
@@ -183,7 +184,7 @@ def test_a_skip_is_counted_on_the_lease_row(clock):
     assert (stored.skipped_ticks, stored.last_skipped_at) == (2, clock.now)
 
 
-@pytest.mark.skipif(settings.DATABASE_KIND != "postgres",
+@pytest.mark.skipif(connection.vendor not in ROW_LOCKING,
                     reason="SQLite has one writer at a time: there is no row lock to observe")
 @pytest.mark.django_db(transaction=True)
 def test_a_takeover_waits_for_the_transaction_that_checked_the_old_token(sql, clock):
@@ -206,14 +207,9 @@ def test_a_takeover_waits_for_the_transaction_that_checked_the_old_token(sql, cl
             contender.start()
 
             def waiting_on_the_lock() -> bool:
-                with connection.cursor() as cursor:
-                    # Inside a transaction the statistics views keep their first snapshot.
-                    cursor.execute("SELECT pg_stat_clear_snapshot()")
-                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid <> "
-                                   "pg_backend_pid() AND wait_event_type = 'Lock' "
-                                   "AND datname = current_database()")
-                    return cursor.fetchone()[0] == 1 or not results.empty()
-            wait_until(waiting_on_the_lock, 60, 0.05, "the takeover to wait for the lock")
+                return lock_waiters() == 1 or not results.empty()
+            wait_until(waiting_on_the_lock, 60, POLL_SECONDS,
+                       "the takeover to wait for the lock")
             assert results.empty(), "the takeover did not wait for the checked write"
         assert results.get(timeout=60) == 2
     finally:

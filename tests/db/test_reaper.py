@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from celery import shared_task
-from django.db import connections
+from django.db import connection, connections
 from django.test import override_settings
 from django.utils import timezone
 from freezegun import freeze_time
@@ -290,6 +290,22 @@ class TestBatches:
 
 def test_two_concurrent_passes_release_each_stale_claim_once(backend, sent):
     """Two passes at once over 120 stale claims: each released and sent exactly once."""
+    _two_concurrent_passes(sent)
+
+
+def test_without_skip_locked_two_passes_wait_for_each_other_and_release_each_once(
+        backend, sent, monkeypatch):
+    """MariaDB < 10.6 and MySQL < 8.0.1 have no SKIP LOCKED: the batch is taken with a
+    plain FOR UPDATE, so a concurrent pass waits for it instead of skipping it, and then
+    finds those rows no longer stale. Run on MariaDB with the feature turned off."""
+    if connection.vendor != "mysql":
+        pytest.skip("the FOR UPDATE fallback is for MySQL/MariaDB servers without SKIP LOCKED")
+    # Every thread's connection gets new features: patch the class.
+    monkeypatch.setattr(type(connection.features), "has_select_for_update_skip_locked", False)
+    _two_concurrent_passes(sent)
+
+
+def _two_concurrent_passes(sent):
     for n in range(120):
         claim(publish(n=n), task_id=f"t-{n}")
     start = threading.Barrier(2)

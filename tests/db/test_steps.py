@@ -10,7 +10,6 @@ from io import StringIO
 
 import pytest
 from celery import shared_task
-from django.conf import settings
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.management import call_command
 from django.db import connection, connections, transaction
@@ -26,6 +25,8 @@ from celery_idem.steps import run_step
 from django_app.effects.models import Effect
 from django_app.effects.tasks import notify, send_two_children, three_steps
 from tests.integration.workers import wait_until
+
+from .lock_waits import POLL_SECONDS, ROW_LOCKING, lock_waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -193,7 +194,8 @@ def test_admin_links_parent_and_children_and_retries_from_scratch(backend, admin
     assert changelist.status_code == 200 and changelist.context["cl"].result_count == 2
 
 
-@pytest.mark.skipif(settings.DATABASE_KIND != "postgres", reason="PostgreSQL's row locks")
+@pytest.mark.skipif(connection.vendor not in ROW_LOCKING,
+                    reason="SQLite has one writer at a time: there is no row lock to observe")
 def test_a_zombie_step_racing_a_take_over_waits_for_it_and_is_refused(make_intent):
     """The take-over is in flight (not yet committed) when the zombie writes its step: the
     step's statement waits for the row and, once the take-over commits, matches nothing."""
@@ -213,11 +215,7 @@ def test_a_zombie_step_racing_a_take_over_waits_for_it_and_is_refused(make_inten
             connections.close_all()
 
     def waiting() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_stat_clear_snapshot()")
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                           "current_database() AND wait_event_type = 'Lock'")
-            return cursor.fetchone()[0] == 1
+        return lock_waiters() == 1
 
     now = timezone.now()
     with transaction.atomic():
@@ -225,7 +223,7 @@ def test_a_zombie_step_racing_a_take_over_waits_for_it_and_is_refused(make_inten
                                                             now + timedelta(seconds=60))).won
         thread = threading.Thread(target=zombie)
         thread.start()
-        wait_until(waiting, 30, what="the zombie's step waiting for the row")
+        wait_until(waiting, 30, POLL_SECONDS, what="the zombie's step waiting for the row")
     thread.join(30)
     assert written == [StepWrite.FENCED]
     assert not Checkpoint.objects.filter(job_id=old.id).exists()

@@ -17,6 +17,7 @@ from celery_idem.recovery import sweep as reaper
 from django_app.celery import app
 from django_app.effects.models import Effect
 from django_app.effects.tasks import ship_order
+from tests.db.lock_waits import POLL_SECONDS, lock_waiters
 
 from .workers import ROOT, Worker, wait_until, worker_env
 
@@ -89,7 +90,9 @@ def test_a_message_whose_intent_rolled_back_is_refused_not_run(one_worker):
 def test_a_message_that_arrives_before_its_intent_commits_waits_and_runs_once(
         broker_service, transactional_db):
     """send_task inside atomic(): the message leaves before the intent commits; the
-    worker finds no row, re-queues it, and claims it once the transaction commits."""
+    worker finds no row, re-queues it, and claims it once the transaction commits.
+    On MariaDB/MySQL the uncommitted intent's row is locked (InnoDB locks the rows a
+    transaction inserted), so the worker's claim waits for the commit instead."""
     if connection.vendor == "sqlite":
         pytest.skip("SQLite: the open transaction holds the only write lock, so the "
                     "worker's claim waits on the lock instead of finding no row")
@@ -98,8 +101,12 @@ def test_a_message_that_arrives_before_its_intent_commits_waits_and_runs_once(
     with Worker(concurrency=1, env=env) as w:
         with transaction.atomic():
             app.send_task(ship_order.name, args=[1141])
-            wait_until(lambda: "IntentMissing" in w.log(), TIMEOUT,
-                       what="the worker to find no intent and wait")
+            if connection.vendor == "mysql":
+                wait_until(lambda: lock_waiters() == 1, TIMEOUT, POLL_SECONDS,
+                           what="the worker's claim to wait for the intent's row")
+            else:
+                wait_until(lambda: "IntentMissing" in w.log(), TIMEOUT,
+                           what="the worker to find no intent and wait")
         wait_until(lambda: succeeded("ship/1141"), TIMEOUT, what="the job after the commit")
     assert Effect.objects.filter(key="ship/1141").count() == 1
 

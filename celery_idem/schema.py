@@ -1,0 +1,209 @@
+"""What the migrations do differently per database, in one place.
+
+- PostgreSQL: the job table's fillfactor, for HOT updates (migration 0006).
+- MySQL/MariaDB have no partial indexes. Django creates an index with a condition there
+  without it; two of those would serve their query badly on their own columns, so they
+  become plain indexes led by the state (0006). Their default collations fold case and
+  ignore trailing spaces, which would make ``Order-1`` and ``order-1`` one key: the key
+  columns compare byte for byte instead (0008).
+- MySQL/MariaDB commit each DDL statement, so a migration that failed half-way leaves
+  part of its work behind, and running it again fails on it ("Duplicate key name"). The
+  ``*IfMissing`` / ``*IfPresent`` operations skip what is already done there; on
+  databases whose DDL is transactional (PostgreSQL, SQLite) they are the plain ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+#: Room left on each page of the job table: a row's next version fits beside it, so an
+#: update whose indexed columns are unchanged (a heartbeat, the outbox's sent mark) is
+#: HOT, and the others at least write one page. Takes effect for pages written from now
+#: on (``VACUUM FULL celery_idem_job`` rewrites the existing ones, under a lock).
+FILLFACTOR = 70
+
+#: Where there are no partial indexes: the partial index of that name becomes this plain
+#: one, state first, so the reaper's range (state = RUNNING and lease_expires_at < now;
+#: state = PENDING and updated_at < cutoff) reads only its state's rows, not every
+#: finished job. Each write that changes the state or the timestamp updates them, where
+#: PostgreSQL's partial ones skip finished rows. (The attention index, (state,
+#: created_at), and the parent index, (parent_id), serve as Django creates them.)
+PLAIN_INDEXES = {
+    "celery_idem_job_lease_idx": ("state", "lease_expires_at"),
+    "celery_idem_job_pending_idx": ("state", "updated_at"),
+}
+
+#: Columns whose values are identities compared for equality: (model, field). The state
+#: too, so its check constraint refuses "running" as the PostgreSQL one does.
+BINARY_COLUMNS = (("job", "namespace"), ("job", "key"), ("job", "state"), ("lease", "name"),
+                  ("checkpoint", "step"))
+
+#: Byte-for-byte collations, best first: no pad (a trailing space counts: MariaDB 10.2+,
+#: MySQL 8.0.17+), then utf8mb4_bin, which ignores trailing spaces in comparisons.
+BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
+
+
+def _is_mysql(schema_editor: Any) -> bool:
+    return bool(schema_editor.connection.vendor == "mysql")
+
+
+def _indexes(schema_editor: Any, table: str) -> dict[str, list[str]]:
+    """Index and constraint names on ``table`` with their columns."""
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, table)
+    return {name: list(info["columns"]) for name, info in found.items()}
+
+
+def lay_out_job_table(apps: Any, schema_editor: Any) -> None:
+    """0006 forwards: the fillfactor (PostgreSQL); the plain state indexes (MySQL), made
+    whatever a try that failed half-way left."""
+    table = apps.get_model("celery_idem", "Job")._meta.db_table
+    quote = schema_editor.quote_name
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(f"ALTER TABLE {quote(table)} SET (fillfactor = {FILLFACTOR})")
+    elif _is_mysql(schema_editor):
+        existing = _indexes(schema_editor, table)
+        for name, columns in PLAIN_INDEXES.items():
+            if existing.get(name) == list(columns):
+                continue
+            if name in existing:
+                schema_editor.execute(f"DROP INDEX {quote(name)} ON {quote(table)}")
+            schema_editor.execute(f"CREATE INDEX {quote(name)} ON {quote(table)} "
+                                  f"({', '.join(quote(c) for c in columns)})")
+
+
+def undo_job_table_layout(apps: Any, schema_editor: Any) -> None:
+    """0006 backwards: the fillfactor goes; on MySQL, 0006's AddIndex operations drop
+    the plain indexes by name as they unapply."""
+    if schema_editor.connection.vendor == "postgresql":
+        table = apps.get_model("celery_idem", "Job")._meta.db_table
+        schema_editor.execute(f"ALTER TABLE {schema_editor.quote_name(table)} "
+                              "RESET (fillfactor)")
+
+
+def binary_key_columns(apps: Any, schema_editor: Any) -> None:
+    """0008 forwards, MySQL/MariaDB: the identity columns compare byte for byte.
+    Re-running it sets the same collation again."""
+    if not _is_mysql(schema_editor):
+        return
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COLLATION_NAME FROM information_schema.COLLATIONS "
+                       "WHERE COLLATION_NAME IN (%s, %s, %s)", BINARY_COLLATIONS)
+        available = {row[0] for row in cursor.fetchall()}
+    collation = next(c for c in BINARY_COLLATIONS if c in available)
+    quote = schema_editor.quote_name
+    for model_name, field_name in BINARY_COLUMNS:
+        model = apps.get_model("celery_idem", model_name)
+        field = model._meta.get_field(field_name)
+        null = "NULL" if field.null else "NOT NULL"
+        schema_editor.execute(
+            f"ALTER TABLE {quote(model._meta.db_table)} MODIFY {quote(field.column)} "
+            f"{field.db_type(connection)} CHARACTER SET utf8mb4 COLLATE {collation} {null}")
+
+
+# -- operations that can run again where DDL cannot roll back ----------------------------
+
+
+def _rerun_guarded(schema_editor: Any) -> bool:
+    """Whether to look before acting: DDL commits statement by statement here (and the
+    statements are run, not only printed by sqlmigrate)."""
+    return not schema_editor.connection.features.can_rollback_ddl and not \
+        schema_editor.collect_sql
+
+
+def _has(schema_editor: Any, state: Any, app_label: str, model_name: str, name: str) -> bool:
+    table = state.apps.get_model(app_label, model_name)._meta.db_table
+    return name in _indexes(schema_editor, table)
+
+
+class AddIndexIfMissing(migrations.AddIndex):
+    """AddIndex; where DDL cannot roll back, an index of that name already there stays."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        if _rerun_guarded(schema_editor) and _has(schema_editor, to_state, app_label,
+                                                  self.model_name, self.index.name):
+            return
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        if _rerun_guarded(schema_editor) and not _has(schema_editor, from_state, app_label,
+                                                      self.model_name, self.index.name):
+            return
+        super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+class RemoveIndexIfPresent(migrations.RemoveIndex):
+    """RemoveIndex; where DDL cannot roll back, an index already gone is not an error."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        if _rerun_guarded(schema_editor) and not _has(schema_editor, from_state, app_label,
+                                                      self.model_name, self.name):
+            return
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        if _rerun_guarded(schema_editor) and _has(schema_editor, to_state, app_label,
+                                                  self.model_name, self.name):
+            return
+        super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+class AddConstraintIfMissing(migrations.AddConstraint):
+    """AddConstraint; where DDL cannot roll back, a constraint of that name already there
+    stays."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        if _rerun_guarded(schema_editor) and _has(schema_editor, to_state, app_label,
+                                                  self.model_name, self.constraint.name):
+            return
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        if _rerun_guarded(schema_editor) and not _has(schema_editor, from_state, app_label,
+                                                      self.model_name, self.constraint.name):
+            return
+        super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+class RemoveConstraintIfPresent(migrations.RemoveConstraint):
+    """RemoveConstraint; where DDL cannot roll back, one already gone is not an error."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        if _rerun_guarded(schema_editor) and not _has(schema_editor, from_state, app_label,
+                                                      self.model_name, self.name):
+            return
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        if _rerun_guarded(schema_editor) and _has(schema_editor, to_state, app_label,
+                                                  self.model_name, self.name):
+            return
+        super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+class AlterForeignKeyIndex(migrations.AlterField):
+    """AlterField of a foreign key's ``db_index``. Unapplied on MySQL/MariaDB it creates
+    the column's index, which may be there already: removing an index that served the
+    foreign key (0006's parent index) makes Django create one of its own first, as
+    InnoDB needs one. An index on exactly that column already there is enough."""
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        if _rerun_guarded(schema_editor):
+            model = to_state.apps.get_model(app_label, self.model_name)
+            column = model._meta.get_field(self.name).column
+            if [column] in _indexes(schema_editor, model._meta.db_table).values():
+                return
+        super().database_backwards(app_label, schema_editor, from_state, to_state)
