@@ -95,7 +95,7 @@ elif DATABASE_KIND == "sqlite":
     if os.environ.get("IDEM_SQLITE_DJANGO_DEFAULTS") == "1":
         # Django's own defaults: no WAL, a 5 s busy timeout, deferred transactions.
         _options = {}
-    elif django.VERSION >= (5, 1):
+    else:
         _options |= {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             "transaction_mode": "IMMEDIATE",

@@ -104,7 +104,7 @@ def _checks(workdir: Path) -> tuple[int, int]:
 
 
 def main(argv: list[str]) -> int:
-    _bootstrap.ensure_venv("test,bench")
+    _bootstrap.ensure_venv("test,bench,beat")
     run_id = uuid.uuid4().hex[:8]
     workdir = Path(tempfile.mkdtemp(prefix=f"celery-idem-{run_id}-"))
     passed, failed = _checks(workdir)
