@@ -18,8 +18,6 @@ import json
 import os
 from pathlib import Path
 
-import django
-
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("IDEM_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)

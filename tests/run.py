@@ -13,8 +13,14 @@ broker and queue):
    Redis (the demo small among them), every benchmark at a tiny size (so the scripts in
    bench/ cannot rot), and the chaos suite small.
 3. postgres+rabbitmq: workers on RabbitMQ, and the chaos suite small.
+4. oldest and newest: the oldest supported Python, Django and Celery (3.11, 5.2, 5.5),
+   then the newest (3.13, 6.1, 5.7), each in ``.venv-<name>`` made from pyenv's
+   interpreter (tests/venvs.py): unit tests, the model test, the migrations check and
+   the worker tests marked ``pools`` on PostgreSQL + Redis. ``tox`` runs the whole matrix.
+5. wheel: the sdist and wheel built and checked, the wheel installed with its extras into
+   a fresh virtualenv, and a project outside the checkout running a task on a real worker.
 
-Tiers 2 and 3 need PostgreSQL, Redis and RabbitMQ on 127.0.0.1. Without them they are
+Tiers 2 to 5 need PostgreSQL, Redis and RabbitMQ on 127.0.0.1. Without them they are
 skipped, except in CI (``CI=true``), where a missing service fails the run.
 Extra arguments go to every pytest run, e.g. ``python3 tests/run.py -k claim -x``.
 """
@@ -36,6 +42,10 @@ _spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "django_app" 
 assert _spec and _spec.loader
 _bootstrap = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_bootstrap)
+_venvs_spec = importlib.util.spec_from_file_location("venvs", ROOT / "tests" / "venvs.py")
+assert _venvs_spec and _venvs_spec.loader
+_venvs = importlib.util.module_from_spec(_venvs_spec)
+_venvs_spec.loader.exec_module(_venvs)
 
 REDIS = "redis://127.0.0.1:6379"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
@@ -51,7 +61,23 @@ TIERS = [
     ("postgres+rabbitmq", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": RABBITMQ,
                            "IDEM_RESULTS": f"{REDIS}/1"}, ["tests/integration", "tests/chaos"],
      ["postgres", "rabbitmq", "redis"]),
+    # The oldest and newest supported stack (tests/venvs.py, each in .venv-<name> made
+    # from pyenv): unit tests, the model test and the worker tests marked ``pools`` on
+    # every pool, on PostgreSQL + Redis. tox runs the whole matrix.
+    ("oldest", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": f"{REDIS}/0",
+                "IDEM_RESULTS": f"{REDIS}/1"},
+     ["tests/unit", "tests/db/test_model.py", "tests/integration", "-m", "pools or not worker"],
+     ["postgres", "redis"]),
+    ("newest", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": f"{REDIS}/0",
+                "IDEM_RESULTS": f"{REDIS}/1"},
+     ["tests/unit", "tests/db/test_model.py", "tests/integration", "-m", "pools or not worker"],
+     ["postgres", "redis"]),
+    # The sdist and wheel built, checked, and the wheel installed into a fresh venv for a
+    # project outside the checkout (tests/packaging).
+    ("wheel", {}, ["tests/packaging"], ["postgres", "redis"]),
 ]
+#: Tiers that run in a venv of their own (tests/venvs.py's stacks) instead of .venv.
+TIER_VENVS = {"oldest": "oldest", "newest": "newest"}
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: The static checks: (name, command). Each fails the run when it fails.
 CHECKS = [
@@ -117,6 +143,16 @@ def main(argv: list[str]) -> int:
             print(f"skipped: {', '.join(missing)} not reachable on 127.0.0.1 "
                   "(in CI this fails the run)", flush=True)
             continue
+        python = sys.executable
+        if name in TIER_VENVS:
+            try:
+                python = str(_venvs.ensure(TIER_VENVS[name]))
+            except (SystemExit, subprocess.CalledProcessError) as exc:
+                print(f"cannot make the {name} venv: {exc}", flush=True)
+                if IN_CI:
+                    totals[1] += 1
+                    exit_code = 1
+                continue
         junit = workdir / f"{name}.xml"
         env = {
             **os.environ, **env_extra,
@@ -124,7 +160,7 @@ def main(argv: list[str]) -> int:
             "IDEM_PG_NAME": f"idem_{run_id}",
         }
         code = subprocess.call(
-            [sys.executable, "-m", "pytest", *paths, f"--junitxml={junit}",
+            [python, "-m", "pytest", *paths, f"--junitxml={junit}",
              "-p", "no:cacheprovider", *argv], cwd=ROOT, env=env)
         passed, failed, skipped = _counts(junit)
         totals = [totals[0] + passed, totals[1] + failed, totals[2] + skipped]

@@ -17,8 +17,6 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-import django
-
 from celery_idem.beat import recovery_schedule
 
 VAR = Path(os.environ.get("SHOP_VAR", Path(__file__).resolve().parent.parent / "var"))

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import django
 import pytest
 from celery import Celery, _state
 from django.test import override_settings
