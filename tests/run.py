@@ -45,6 +45,7 @@ _spec.loader.exec_module(_bootstrap)
 _venvs_spec = importlib.util.spec_from_file_location("venvs", ROOT / "tests" / "venvs.py")
 assert _venvs_spec and _venvs_spec.loader
 _venvs = importlib.util.module_from_spec(_venvs_spec)
+sys.modules["venvs"] = _venvs  # its dataclass looks its module up there
 _venvs_spec.loader.exec_module(_venvs)
 
 REDIS = "redis://127.0.0.1:6379"
