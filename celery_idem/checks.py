@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import django
 from celery import Celery, current_app
 from celery.local import Proxy
 from django.conf import settings as django_settings
@@ -124,11 +123,10 @@ def check_job_database(app_configs: Any = None, databases: Iterable[str] | None 
     config = django_settings.DATABASES[alias]
     if "sqlite3" not in config.get("ENGINE", ""):
         return []
-    return _check_sqlite(alias, config.get("OPTIONS", {}), alias in (databases or ()))
+    return _check_sqlite(alias, config.get("OPTIONS", {}))
 
 
-def _check_sqlite(alias: str, options: dict[str, Any],
-                  may_query: bool) -> list[checks.CheckMessage]:
+def _check_sqlite(alias: str, options: dict[str, Any]) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
     timeout = options.get("timeout")
     if timeout is None or float(timeout) < SQLITE_MIN_TIMEOUT:
@@ -139,39 +137,24 @@ def _check_sqlite(alias: str, options: dict[str, Any],
                  "or more (seconds).",
             id="celery_idem.W003",
         ))
-    if django.VERSION >= (5, 1):
-        if not _WAL.search(options.get("init_command", "")):
-            messages.append(checks.Warning(
-                f"SQLite database {alias!r} is not in WAL mode: every write blocks every "
-                "reader, so workers and the web process wait on each other",
-                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['init_command'] to "
-                     "'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'.",
-                id="celery_idem.W004",
-            ))
-        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
-            messages.append(checks.Warning(
-                f"SQLite database {alias!r} starts transactions DEFERRED: an atomic task "
-                "that reads, then writes, fails with 'database is locked' at once instead "
-                "of waiting for the busy timeout",
-                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] to "
-                     "'IMMEDIATE'.",
-                id="celery_idem.W005",
-            ))
-    elif may_query and _journal_mode(alias) != "wal":
-        # Django < 5.1 has no init_command for SQLite; WAL is stored in the file itself.
+    if not _WAL.search(options.get("init_command", "")):
         messages.append(checks.Warning(
-            f"SQLite database {alias!r} is not in WAL mode",
-            hint="Run 'PRAGMA journal_mode=WAL;' once on the database file (it persists), "
-                 "e.g. from a migration with RunSQL or with the sqlite3 shell.",
+            f"SQLite database {alias!r} is not in WAL mode: every write blocks every "
+            "reader, so workers and the web process wait on each other",
+            hint=f"Set DATABASES[{alias!r}]['OPTIONS']['init_command'] to "
+                 "'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'.",
             id="celery_idem.W004",
         ))
+    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+        messages.append(checks.Warning(
+            f"SQLite database {alias!r} starts transactions DEFERRED: an atomic task "
+            "that reads, then writes, fails with 'database is locked' at once instead "
+            "of waiting for the busy timeout",
+            hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] to "
+                 "'IMMEDIATE'.",
+            id="celery_idem.W005",
+        ))
     return messages
-
-
-def _journal_mode(alias: str) -> str:
-    with connections[alias].cursor() as cursor:
-        cursor.execute("PRAGMA journal_mode")
-        return str(cursor.fetchone()[0]).lower()
 
 
 def _check_filesystem_broker(conf: Any) -> list[checks.CheckMessage]:

@@ -28,7 +28,9 @@ from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.json import dumps
 
-#: Suffix of a message being written; consumers match only ``<queue>.msg``.
+#: Suffix of a message being written. Its name carries neither the queue nor ``.msg``:
+#: kombu 5.6+ takes only names ``<id>.<queue>.msg``, but kombu 5.5 (Celery 5.5) takes
+#: any name containing ``.<queue>.msg``, a partial one too.
 PARTIAL_SUFFIX = ".part"
 
 
@@ -43,9 +45,9 @@ class Channel(filesystem.Channel):
     # filesystem one; no name satisfies both.
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         # The name is kombu's own, so ordering and the other methods are unchanged.
-        name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
-        path = os.path.join(self.data_folder_out, name)
-        partial = path + PARTIAL_SUFFIX
+        unique = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}"
+        path = os.path.join(self.data_folder_out, f"{unique}.{queue}.msg")
+        partial = os.path.join(self.data_folder_out, unique + PARTIAL_SUFFIX)
         try:
             with open(partial, "wb") as f:
                 f.write(dumps(payload).encode())

@@ -5,7 +5,6 @@ The lease behind leader-owned coordinators lives in ``lease_model`` and is expor
 
 from __future__ import annotations
 
-import django
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -14,9 +13,6 @@ from .keys import KEY_MAX_LENGTH
 from .lease_model import Lease
 from .managers import JobQuerySet
 from .states import STATE_CHOICES, State
-
-# CheckConstraint's ``check`` became ``condition`` in Django 5.1 and went away in 6.0.
-_CHECK_KWARG = "condition" if django.VERSION >= (5, 1) else "check"
 
 
 class Job(models.Model):
@@ -95,7 +91,7 @@ class Job(models.Model):
             # commit) adds an entry to each index: one fewer is ~90 WAL bytes a write.
             models.UniqueConstraint(fields=["key", "namespace"], name="celery_idem_job_key_uniq"),
             models.CheckConstraint(
-                **{_CHECK_KWARG: models.Q(state__in=[s.value for s in State])},
+                condition=models.Q(state__in=[s.value for s in State]),
                 name="celery_idem_job_state_valid",
             ),
         ]

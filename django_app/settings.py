@@ -21,8 +21,6 @@ import json
 import os
 from pathlib import Path
 
-import django
-
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("IDEM_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -125,7 +123,7 @@ elif DATABASE_KIND == "sqlite":
     if os.environ.get("IDEM_SQLITE_DJANGO_DEFAULTS") == "1":
         # Django's own defaults: no WAL, a 5 s busy timeout, deferred transactions.
         _options = {}
-    elif django.VERSION >= (5, 1):
+    else:
         _options |= {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             "transaction_mode": "IMMEDIATE",

@@ -42,6 +42,11 @@ class Tier:
     services: tuple[str, ...] = ()
     #: Only with ``--full`` (or named with ``--tier``): the whole matrix, too slow for CI.
     full_only: bool = False
+    #: Run in ``.venv-<stack>`` (tests/venvs.py: another Python, Django and Celery)
+    #: instead of ``.venv``.
+    stack: str | None = None
+    #: A pytest ``-m`` expression: the subset of ``paths`` this tier runs.
+    markers: str | None = None
 
 
 POSTGRES = {"IDEM_DATABASE": "postgres"}
@@ -72,6 +77,17 @@ TIERS = [
          ("tests/db/test_backend_contract.py", "tests/db/test_claims.py",
           "tests/db/test_race.py", "tests/db/test_mysql.py"),
          {**MARIADB, "IDEM_MYSQL_DRIVER": "pymysql"}, ("mariadb",)),
+    *(Tier(name, f"the {name} supported stack ({about}) in .venv-{name} (tests/venvs.py): "
+           "unit tests, the model test, the migrations check and the worker tests marked "
+           "`pools` on every pool, on PostgreSQL + Redis (tox runs the whole matrix)",
+           ("tests/unit", "tests/db/test_model.py", "tests/integration"),
+           {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
+           ("postgres", "redis"), stack=name, markers="pools or not worker")
+      for name, about in [("oldest", "Python 3.11, Django 5.2, Celery 5.5"),
+                          ("newest", "Python 3.13, Django 6.1, Celery 5.7")]),
+    Tier("wheel", "the sdist and wheel built and checked, the wheel installed with its "
+         "extras into a fresh virtualenv, a project outside the checkout running a task on "
+         "a real worker (tests/packaging)", ("tests/packaging",), {}, ("postgres", "redis")),
 ]
 #: The static checks: (name, command). Each counts as one test and fails the run when
 #: it fails.
@@ -158,6 +174,17 @@ def run_checks(workdir: Path) -> tuple[int, int]:
 def run_tier(tier: Tier, workdir: Path, run_id: str, env: dict[str, str],
              pytest_args: list[str]) -> tuple[int, int, int, bool]:
     """One tier's pytest run: (passed, failed, skipped, ok)."""
+    python = sys.executable
+    if tier.stack:
+        import venvs  # tests/venvs.py, beside this file
+
+        try:
+            python = str(venvs.ensure(tier.stack))
+        except (SystemExit, subprocess.CalledProcessError) as exc:
+            # As a missing service: a failure in CI, skipped elsewhere.
+            print(f"cannot make .venv-{tier.stack}: {exc}"
+                  f"{'' if IN_CI else ' (skipped; in CI this fails the run)'}", flush=True)
+            return 0, int(IN_CI), 0, not IN_CI
     junit = workdir / f"{tier.name}.xml"
     env = {
         **env, **tier.env,
@@ -165,8 +192,9 @@ def run_tier(tier: Tier, workdir: Path, run_id: str, env: dict[str, str],
         "IDEM_QUEUE": f"idem-test-{run_id}-{tier.name}",
         "IDEM_PG_NAME": f"idem_{run_id}", "IDEM_MYSQL_NAME": f"idem_{run_id}",
     }
+    markers = ["-m", tier.markers] if tier.markers else []
     code = subprocess.call(
-        [sys.executable, "-m", "pytest", *tier.paths, f"--junitxml={junit}",
+        [python, "-m", "pytest", *tier.paths, *markers, f"--junitxml={junit}",
          "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env=env)
     passed, failed, skipped = _counts(junit)
     # 5: no test collected (e.g. -k matched nothing in this tier), not a failure.
@@ -178,7 +206,7 @@ def main(argv: list[str]) -> int:
     if args.list:
         list_tiers()
         return 0
-    _bootstrap().ensure_venv("test,bench")
+    _bootstrap().ensure_venv("test,bench,beat")
     with_checks, tiers = selected(args)
     env = dict(os.environ)
     if args.full:

@@ -1,12 +1,9 @@
 # The job table, its transition history and checkpoints.
 
-import django
 import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-# CheckConstraint's ``check`` became ``condition`` in Django 5.1 and went away in 6.0.
-_CHECK_KWARG = "condition" if django.VERSION >= (5, 1) else "check"
 
 
 class Migration(migrations.Migration):
@@ -46,7 +43,7 @@ class Migration(migrations.Migration):
                 'verbose_name': 'idempotent job',
                 'verbose_name_plural': 'idempotent jobs',
                 'indexes': [models.Index(fields=['state', 'lease_expires_at'], name='celery_idem_job_lease_idx'), models.Index(fields=['state', 'updated_at'], name='celery_idem_job_pending_idx'), models.Index(fields=['-created_at'], name='celery_idem_job_created_idx'), models.Index(fields=['task_name', '-created_at'], name='celery_idem_job_task_idx'), models.Index(fields=['key'], name='celery_idem_job_keyprefix_idx'), models.Index(fields=['task_id'], name='celery_idem_job_task_id_idx')],
-                'constraints': [models.UniqueConstraint(fields=('namespace', 'key'), name='celery_idem_job_key_uniq'), models.CheckConstraint(**{_CHECK_KWARG: models.Q(('state__in', ['PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'UNCERTAIN']))}, name='celery_idem_job_state_valid')],
+                'constraints': [models.UniqueConstraint(fields=('namespace', 'key'), name='celery_idem_job_key_uniq'), models.CheckConstraint(condition=models.Q(('state__in', ['PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'UNCERTAIN'])), name='celery_idem_job_state_valid')],
             },
         ),
         migrations.CreateModel(

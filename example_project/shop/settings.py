@@ -17,8 +17,6 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-import django
-
 from celery_idem.beat import recovery_schedule
 
 VAR = Path(os.environ.get("SHOP_VAR", Path(__file__).resolve().parent.parent / "var"))
@@ -68,10 +66,8 @@ if _database == "sqlite":
     # IMMEDIATE so a transaction that reads then writes waits for the lock instead of
     # failing, and a busy timeout longer than any transaction (celery-idem's checks
     # W003-W005 ask for these).
-    _sqlite: dict[str, object] = {"timeout": 30}
-    if django.VERSION >= (5, 1):
-        _sqlite |= {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                    "transaction_mode": "IMMEDIATE"}
+    _sqlite = {"timeout": 30, "transaction_mode": "IMMEDIATE",
+               "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
                              "NAME": str(VAR / "shop.sqlite3"), "OPTIONS": _sqlite}}
 else:

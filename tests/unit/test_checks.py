@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import django
 import pytest
 from celery import Celery, _state
 from django.test import override_settings
@@ -142,16 +141,15 @@ class TestJobDatabase:
     def test_the_projects_database_passes(self):
         assert checks.check_job_database(databases=["default"]) == []
 
-    @pytest.mark.skipif(django.VERSION < (5, 1), reason="init_command needs Django 5.1")
     def test_sqlite_defaults_are_w003_w004_w005(self):
         """Django's defaults: 5 s busy timeout, rollback journal, deferred transactions."""
-        assert ids(checks._check_sqlite("default", {}, False)) == [
+        assert ids(checks._check_sqlite("default", {})) == [
             "celery_idem.W003", "celery_idem.W004", "celery_idem.W005"]
-        assert ids(checks._check_sqlite("default", {"timeout": 5}, False))[0] == \
+        assert ids(checks._check_sqlite("default", {"timeout": 5}))[0] == \
             "celery_idem.W003"
         good = {"timeout": 30, "transaction_mode": "IMMEDIATE",
                 "init_command": "PRAGMA journal_mode = WAL; PRAGMA synchronous=NORMAL;"}
-        assert checks._check_sqlite("default", good, False) == []
+        assert checks._check_sqlite("default", good) == []
 
 
 def test_manage_py_check_passes_on_the_test_project(tmp_path):
@@ -162,11 +160,9 @@ def test_manage_py_check_passes_on_the_test_project(tmp_path):
            "PYTHONPATH": str(ROOT), "IDEM_VAR_DIR": str(tmp_path)}
     subprocess.run([sys.executable, "-m", "django", "migrate", "-v0"], cwd=ROOT, env=env,
                    check=True, timeout=120)
-    # Django < 5.1 cannot put SQLite in WAL mode from settings, and the test project
-    # does not; there the journal mode of the file is only read with --database.
-    database = ["--database", "default"] if django.VERSION >= (5, 1) else []
     done = subprocess.run(
-        [sys.executable, "-m", "django", "check", "--fail-level", "WARNING", *database],
+        [sys.executable, "-m", "django", "check", "--fail-level", "WARNING",
+         "--database", "default"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
@@ -203,7 +199,6 @@ BROKEN_PROJECT = {
 }
 
 
-@pytest.mark.skipif(django.VERSION < (5, 1), reason="the project's SQLite options need 5.1")
 def test_manage_py_check_fails_on_a_project_whose_shared_tasks_are_broken(tmp_path):
     """The reported case: ``@shared_task`` classes are created only when the Celery app
     finalizes, so ``manage.py check`` passed and the worker refused to start."""
