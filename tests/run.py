@@ -45,7 +45,8 @@ class Tier:
     #: Run in ``.venv-<stack>`` (tests/venvs.py: another Python, Django and Celery)
     #: instead of ``.venv``.
     stack: str | None = None
-    #: A pytest ``-m`` expression: the subset of ``paths`` this tier runs.
+    #: A pytest ``-m`` expression: the subset of ``paths`` this tier runs (all of them
+    #: with ``--full``).
     markers: str | None = None
 
 
@@ -62,10 +63,11 @@ TIERS = [
          "suite small", ("tests/db", "tests/integration", "tests/bench", "tests/chaos"),
          {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
          ("postgres", "redis", "rabbitmq")),
-    Tier("postgres+rabbitmq", "PostgreSQL + RabbitMQ: real workers, the chaos suite small",
-         ("tests/integration", "tests/chaos"),
+    Tier("postgres+rabbitmq", "PostgreSQL + RabbitMQ: the worker tests whose outcome rests "
+         "on the broker (marked `pools` or `delivery`; all of them with --full), the chaos "
+         "suite small", ("tests/integration", "tests/chaos"),
          {**POSTGRES, "IDEM_BROKER": RABBITMQ, "IDEM_RESULTS": f"{REDIS}/1"},
-         ("postgres", "rabbitmq", "redis")),
+         ("postgres", "rabbitmq", "redis"), markers="pools or delivery or not worker"),
     Tier("mariadb+redis", "MariaDB (Django's mysql backend, mysqlclient) + Redis: the "
          "portable backend, its migrations, the admin (in a browser too), real workers, the "
          "chaos suite small on a mariadbd of its own (Debian's mariadb-server binaries)",
@@ -172,7 +174,7 @@ def run_checks(workdir: Path) -> tuple[int, int]:
 
 
 def run_tier(tier: Tier, workdir: Path, run_id: str, env: dict[str, str],
-             pytest_args: list[str]) -> tuple[int, int, int, bool]:
+             pytest_args: list[str], full: bool) -> tuple[int, int, int, bool]:
     """One tier's pytest run: (passed, failed, skipped, ok)."""
     python = sys.executable
     if tier.stack:
@@ -192,7 +194,7 @@ def run_tier(tier: Tier, workdir: Path, run_id: str, env: dict[str, str],
         "IDEM_QUEUE": f"idem-test-{run_id}-{tier.name}",
         "IDEM_PG_NAME": f"idem_{run_id}", "IDEM_MYSQL_NAME": f"idem_{run_id}",
     }
-    markers = ["-m", tier.markers] if tier.markers else []
+    markers = ["-m", tier.markers] if tier.markers and not full else []
     code = subprocess.call(
         [python, "-m", "pytest", *tier.paths, *markers, f"--junitxml={junit}",
          "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env=env)
@@ -223,7 +225,7 @@ def main(argv: list[str]) -> int:
             print(f"skipped: {', '.join(missing)} not reachable on 127.0.0.1 "
                   "(in CI this fails the run)", flush=True)
             continue
-        *counts, tier_ok = run_tier(tier, workdir, run_id, env, pytest_args)
+        *counts, tier_ok = run_tier(tier, workdir, run_id, env, pytest_args, args.full)
         totals = [total + count for total, count in zip(totals, counts, strict=True)]
         ok = ok and tier_ok
     print(f"\ntotal: {totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")

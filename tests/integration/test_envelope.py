@@ -23,6 +23,10 @@ from django_app.effects.tasks import add, collect, notify, retries_twice, ship_o
 
 from .workers import Worker, purge_queue, wait_until
 
+#: How the broker delivers, requeues, loses or delays messages decides these: every broker
+#: tier runs them (tests/run.py).
+pytestmark = pytest.mark.delivery
+
 TIMEOUT = 90
 
 

@@ -13,6 +13,10 @@ from django_app.effects.path_tasks import uncertain_send
 from .test_recovery import kill_child_of, later
 from .workers import Worker, wait_until
 
+#: How the broker delivers, requeues, loses or delays messages decides these: every broker
+#: tier runs them (tests/run.py).
+pytestmark = pytest.mark.delivery
+
 TIMEOUT = 120
 
 

@@ -21,6 +21,10 @@ from tests.db.lock_waits import POLL_SECONDS, lock_waiters
 
 from .workers import ROOT, Worker, wait_until, worker_env
 
+#: How the broker delivers, requeues, loses or delays messages decides these: every broker
+#: tier runs them (tests/run.py).
+pytestmark = pytest.mark.delivery
+
 TIMEOUT = 90
 
 
@@ -116,6 +120,7 @@ import os, signal, django
 django.setup()
 from django.db import connection, transaction
 from django_app.effects.tasks import ship_order
+
 with transaction.atomic():
     # Registered first, so it runs first after the commit: the process dies between
     # the commit and the outbox's send.

@@ -20,6 +20,10 @@ from django_app.effects.tasks import ship_order, wait_for_file, wait_for_file_at
 from .jobs import TIMEOUT, job, later
 from .workers import Worker, purge_queue, wait_until
 
+#: How the broker delivers, requeues, loses or delays messages decides these: every broker
+#: tier runs them (tests/run.py).
+pytestmark = pytest.mark.delivery
+
 
 def events(key: str) -> list[tuple[str, int]]:
     return list(Transition.objects.filter(job__key=key).order_by("id")
