@@ -13,6 +13,11 @@ broker and queue):
    Redis (the demo small among them), every benchmark at a tiny size (so the scripts in
    bench/ cannot rot), and the chaos suite small.
 3. postgres+rabbitmq: workers on RabbitMQ, and the chaos suite small.
+4. pgbouncer+redis: behind a PgBouncer of its own in transaction pooling mode
+   (tests/services/pgbouncer.py, started for the tier and stopped after): the worker
+   tests of duplicates, replays, atomic mode, the outbox, recovery and crashes on prefork
+   and gevent, and the recovery pass's database tests; with ``IDEM_FULL_MATRIX=1`` more
+   worker tests, on every pool. Needs Debian's ``pgbouncer`` (.ci/run installs it).
 
 Tiers 2 and 3 need PostgreSQL, Redis and RabbitMQ on 127.0.0.1. Without them they are
 skipped, except in CI (``CI=true``), where a missing service fails the run.
@@ -29,6 +34,8 @@ import sys
 import tempfile
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +43,8 @@ _spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "django_app" 
 assert _spec and _spec.loader
 _bootstrap = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_bootstrap)
+sys.path.insert(0, str(ROOT))
+from tests.services import pgbouncer  # noqa: E402  (standard library only at import)
 
 REDIS = "redis://127.0.0.1:6379"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
@@ -52,6 +61,19 @@ TIERS = [
                            "IDEM_RESULTS": f"{REDIS}/1"}, ["tests/integration", "tests/chaos"],
      ["postgres", "rabbitmq", "redis"]),
 ]
+#: The pgbouncer+redis tier's tests: what CI runs, and what IDEM_FULL_MATRIX=1 adds.
+PGBOUNCER_TESTS = [f"tests/integration/test_{name}.py" for name in (
+    "pooler", "duplicates", "outbox", "recovery", "handback", "steps", "worker_connections")
+] + [f"tests/db/test_{name}.py" for name in (
+    "reaper", "reaper_beat", "reaper_hooks", "envelope_recovery", "handback_paths")]
+PGBOUNCER_FULL_TESTS = [f"tests/integration/test_{name}.py" for name in (
+    "envelope", "call_paths", "publish_paths", "beat")]
+TIERS.append(
+    ("pgbouncer+redis", {"IDEM_DATABASE": "postgres", "IDEM_BROKER": f"{REDIS}/0",
+                         "IDEM_RESULTS": f"{REDIS}/1"},
+     PGBOUNCER_TESTS + (PGBOUNCER_FULL_TESTS if os.environ.get("IDEM_FULL_MATRIX") == "1"
+                        else []),
+     ["postgres", "redis", "pgbouncer"]))
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: The static checks: (name, command). Each fails the run when it fails.
 CHECKS = [
@@ -69,11 +91,25 @@ CHECKS = [
 def _missing(services: list[str]) -> list[str]:
     missing = []
     for name in services:
+        if name == "pgbouncer":  # a binary: the tier starts its own
+            if pgbouncer.binary() is None:
+                missing.append("pgbouncer (not installed: apt-get install pgbouncer)")
+            continue
         try:
             socket.create_connection(("127.0.0.1", SERVICES[name]), timeout=2).close()
         except OSError:
             missing.append(name)
     return missing
+
+
+@contextmanager
+def _server(services: list[str]) -> Iterator[dict[str, str]]:
+    """A server the tier starts for itself (a PgBouncer), and the environment it needs."""
+    if "pgbouncer" not in services:
+        yield {}
+        return
+    with pgbouncer.running() as bouncer:
+        yield pgbouncer.environment(bouncer)
 
 
 def _counts(junit: Path) -> tuple[int, int, int]:
@@ -118,14 +154,15 @@ def main(argv: list[str]) -> int:
                   "(in CI this fails the run)", flush=True)
             continue
         junit = workdir / f"{name}.xml"
-        env = {
-            **os.environ, **env_extra,
-            "IDEM_VAR_DIR": str(workdir / name), "IDEM_QUEUE": f"idem-test-{run_id}-{name}",
-            "IDEM_PG_NAME": f"idem_{run_id}",
-        }
-        code = subprocess.call(
-            [sys.executable, "-m", "pytest", *paths, f"--junitxml={junit}",
-             "-p", "no:cacheprovider", *argv], cwd=ROOT, env=env)
+        with _server(services) as server_env:
+            env = {
+                **os.environ, **env_extra, **server_env,
+                "IDEM_VAR_DIR": str(workdir / name),
+                "IDEM_QUEUE": f"idem-test-{run_id}-{name}", "IDEM_PG_NAME": f"idem_{run_id}",
+            }
+            code = subprocess.call(
+                [sys.executable, "-m", "pytest", *paths, f"--junitxml={junit}",
+                 "-p", "no:cacheprovider", *argv], cwd=ROOT, env=env)
         passed, failed, skipped = _counts(junit)
         totals = [totals[0] + passed, totals[1] + failed, totals[2] + skipped]
         if code not in (0, 5):

@@ -146,15 +146,18 @@ def start(upstream_host: str = "127.0.0.1", upstream_port: int = 5432,
         for path in (workdir, *workdir.iterdir()):
             os.chown(path, owner.pw_uid, owner.pw_gid)
         args += ["-u", RUN_AS]
-    args.append(str(workdir / "pgbouncer.ini"))
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
+    # -q: it logs to its logfile only (to stderr as well otherwise, and a pipe nobody
+    # reads would fill and block it).
+    args += ["-q", str(workdir / "pgbouncer.ini")]
+    with (workdir / "stderr.txt").open("wb") as stderr:
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr,
+                                   start_new_session=True)
     bouncer = PgBouncer(port=port, dir=workdir, process=process, user=user,
                         upstream_port=upstream_port, pool_size=pool_size)
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
-            stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            stderr = (workdir / "stderr.txt").read_text(errors="replace")
             log = bouncer.log()
             bouncer.stop()
             raise PgBouncerError(f"pgbouncer exited at start ({process.returncode}):\n"
