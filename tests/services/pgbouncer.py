@@ -58,7 +58,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = {dir}/users.txt
 admin_users = {user}
-pool_mode = transaction
+pool_mode = {pool_mode}
 default_pool_size = {pool_size}
 min_pool_size = 0
 reserve_pool_size = 0
@@ -122,7 +122,8 @@ class PgBouncer:
 
 def start(upstream_host: str = "127.0.0.1", upstream_port: int = 5432,
           pool_size: int = POOL_SIZE, user: str = "postgres",
-          ignore_startup_parameters: str = "", timeout: float = 30.0) -> PgBouncer:
+          ignore_startup_parameters: str = "", pool_mode: str = "transaction",
+          timeout: float = 30.0) -> PgBouncer:
     """Start a pgbouncer in transaction mode on a free port; raise PgBouncerError if it is
     not installed or does not listen within ``timeout`` seconds.
     ``ignore_startup_parameters``: PgBouncer's setting of that name (e.g. ``options``, as
@@ -134,7 +135,7 @@ def start(upstream_host: str = "127.0.0.1", upstream_port: int = 5432,
     port = free_port()
     (workdir / "pgbouncer.ini").write_text(CONFIG.format(
         upstream_host=upstream_host, upstream_port=upstream_port, port=port, dir=workdir,
-        user=user, pool_size=pool_size,
+        user=user, pool_size=pool_size, pool_mode=pool_mode,
         extra=(f"ignore_startup_parameters = {ignore_startup_parameters}\n"
                if ignore_startup_parameters else "")))
     # trust: no password is checked, but the user must be listed.
@@ -211,6 +212,8 @@ def main(argv: list[str]) -> int:
                     "PostgreSQL; the command gets IDEM_PG_PORT and IDEM_PGBOUNCER=1.")
     parser.add_argument("--pool-size", type=int, default=POOL_SIZE)
     parser.add_argument("--upstream-port", type=int, default=5432)
+    parser.add_argument("--pool-mode", default="transaction",
+                        choices=("transaction", "session", "statement"))
     parser.add_argument("--ignore-startup-parameters", default="",
                         help="PgBouncer's setting of that name, e.g. 'options'")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -219,8 +222,10 @@ def main(argv: list[str]) -> int:
     if not command:
         parser.error("give a command to run, after --")
     with running(pool_size=args.pool_size, upstream_port=args.upstream_port,
-                 ignore_startup_parameters=args.ignore_startup_parameters) as bouncer:
-        print(f"pgbouncer on 127.0.0.1:{bouncer.port} (pool size {bouncer.pool_size})",
+                 ignore_startup_parameters=args.ignore_startup_parameters,
+                 pool_mode=args.pool_mode) as bouncer:
+        print(f"pgbouncer on 127.0.0.1:{bouncer.port} ({args.pool_mode} mode, pool size "
+              f"{bouncer.pool_size})",
               file=sys.stderr, flush=True)
         return subprocess.call(command, env={**os.environ, **environment(bouncer)})
 
