@@ -49,7 +49,6 @@ from typing import Any
 from django.db import connections
 from django.db.utils import load_backend
 
-from .backends.prepared import threshold
 from .conf import settings
 
 #: The connections the current thread/greenlet holds, by alias.
@@ -180,6 +179,8 @@ def _new_wrapper(alias: str) -> Any:
     # Imported here: only a PostgreSQL project has a driver to import (SQLite ones have no
     # bookkeeping connection and need no psycopg).
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    from .backends.prepared import threshold
 
     if is_psycopg3:
         # Parameters bound server-side (per message: nothing stays on the session), and
