@@ -221,16 +221,18 @@ def sender(variant: str) -> Any:
 @contextmanager
 def unflushed_intents() -> Iterator[None]:
     """Prototype, this benchmark only: the intent's commit does not wait for the WAL flush
-    (``insert_durable`` left out). The library flushes it on purpose: an intent lost in a
-    PostgreSQL crash would leave its message to be refused as IntentMissing."""
-    from celery_idem.backends import postgresql
+    (written as a claim is, ``flush`` ignored). The library flushes it on purpose: an
+    intent lost in a PostgreSQL crash would leave its message to be refused as
+    IntentMissing."""
+    from celery_idem.backends.postgresql import PostgreSQLBackend
 
-    original = postgresql.insert_sql
-    postgresql.insert_sql = lambda event, durable=False: original(event, False)
+    original = PostgreSQLBackend._write
+    PostgreSQLBackend._write = (  # type: ignore[method-assign]
+        lambda self, sql, params, flush=False: original(self, sql, params))
     try:
         yield
     finally:
-        postgresql.insert_sql = original
+        PostgreSQLBackend._write = original  # type: ignore[method-assign]
 
 
 def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:

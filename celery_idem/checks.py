@@ -126,6 +126,30 @@ def check_job_database(app_configs: Any = None, databases: Iterable[str] | None 
     return _check_sqlite(alias, config.get("OPTIONS", {}))
 
 
+@checks.register(TAG)
+def check_prepared_statements(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W007: prepared statements asked for where the job database's OPTIONS forbid them."""
+    alias = settings.DATABASE
+    return _check_prepared(alias, django_settings.DATABASES.get(alias, {}))
+
+
+def _check_prepared(alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
+    options = config.get("OPTIONS", {})
+    if not (settings.PREPARED_STATEMENTS and "postgresql" in config.get("ENGINE", "")
+            and "prepare_threshold" in options and options["prepare_threshold"] is None):
+        return []
+    return [checks.Warning(
+        "CELERY_IDEM_PREPARED_STATEMENTS is on, but DATABASES"
+        f"[{alias!r}]['OPTIONS']['prepare_threshold'] is None, which prepares "
+        "nothing on that database: the setting has no effect",
+        hint="Behind a transaction pooler without prepared-statement support (PgBouncer "
+             "before 1.21, or without max_prepared_statements) set "
+             "CELERY_IDEM_PREPARED_STATEMENTS = False; otherwise remove prepare_threshold "
+             "from OPTIONS (docs/operations.md, Behind PgBouncer).",
+        id="celery_idem.W007",
+    )]
+
+
 def _check_sqlite(alias: str, options: dict[str, Any]) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
     timeout = options.get("timeout")

@@ -49,8 +49,12 @@ DEFAULTS: dict[str, Any] = {
     "DEDICATED_CONNECTION": True,
     # Seconds that connection lives before it is reopened.
     "CONNECTION_MAX_AGE": 600,
-    # Whether that connection's commits wait for PostgreSQL's WAL flush.
+    # Whether that connection's claims and commits wait for PostgreSQL's WAL flush (off:
+    # set per transaction, never on the session).
     "SYNCHRONOUS_COMMIT": False,
+    # Prepare the library's statements on PostgreSQL (session state: not behind a
+    # transaction pooler without prepared-statement support; celery_idem/backends/prepared.py).
+    "PREPARED_STATEMENTS": False,
     # Django connections in workers: "celery" leaves Celery's fixup (a new connection per
     # task on Celery >= 5.6); "keep" keeps them across tasks and closes them after a task
     # that failed or was interrupted (celery_idem/worker_connections.py).

@@ -2,16 +2,21 @@
 claims and commits, and the producer's intents written outside a transaction.
 
 Why: Celery's Django fixup closes every Django connection before and after each task
-(``close()``, unconditionally since Celery 5.6), so each task opens a new connection, and
-every statement on it is planned from scratch. The claim and the commit of a task that
-is not ``atomic`` do not share the body's transaction, so they can use a connection the
-fixup does not know about: it stays open across tasks, its statements are prepared once
-(psycopg's server-side binding), and it commits without waiting for the WAL flush.
+(``close()``, unconditionally since Celery 5.6), so each task opens a new connection. The
+claim and the commit of a task that is not ``atomic`` do not share the body's
+transaction, so they can use a connection the fixup does not know about: it stays open
+across tasks, and its claims and commits do not wait for the WAL flush
+(``CELERY_IDEM_SYNCHRONOUS_COMMIT``, set per transaction: ``backends.pipeline``). Its
+statements are prepared only when the settings ask for it (``backends.prepared``).
 
-The producer writes an intent outside a transaction here too (prepared, no Django
-cursor), and hands the connection back at once; that one commit does wait for the flush
-(``insert_durable`` in backends/postgresql.sql): its message is about to leave, and an
-intent a crash lost would have that message refused rather than run.
+It leaves nothing on its session (no prepared statement unless asked for, no ``SET``, no
+startup option), because it goes where DATABASES points, which may be a transaction
+pooler that hands the session to another client after each transaction.
+
+The producer writes an intent outside a transaction here too (no Django cursor of the
+caller's), and hands the connection back at once; that commit does wait for the flush:
+its message is about to leave, and an intent a crash lost would have that message
+refused rather than run.
 
 For claims and commits the unflushed commit changes no guarantee: outside
 ``atomic=True`` a crash between the effect and the commit may already repeat the effect
@@ -175,13 +180,15 @@ def _new_wrapper(alias: str) -> Any:
     # bookkeeping connection and need no psycopg).
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
+    from .backends.prepared import threshold
+
     if is_psycopg3:
-        # Django passes prepare_threshold=None to psycopg unless told otherwise, which
-        # prepares nothing; 0 prepares each statement on its first use.
+        # Parameters bound server-side (per message: nothing stays on the session), and
+        # statements prepared only where the settings ask for it, then from their first
+        # use: this connection outlives tasks (backends.prepared). Nothing else of the
+        # session is changed: the unflushed commits are per transaction (backends.pipeline).
+        options["prepare_threshold"] = threshold(options, 0)
         options["server_side_binding"] = True
-        options.setdefault("prepare_threshold", 0)
-    if not settings.SYNCHRONOUS_COMMIT:
-        options["options"] = f"{options.get('options', '')} -c synchronous_commit=off".strip()
     settings_dict["CONN_MAX_AGE"] = settings.CONNECTION_MAX_AGE
     # No health check: with close_if_unusable_or_obsolete() on every use it would ping
     # the server before each statement. A connection that raised is closed all the same

@@ -74,8 +74,9 @@ def write_intent(intent: Intent, task_id: str) -> int | None:
     its own: a database error on it (bad input the driver refuses) rolls back to the
     savepoint, and the caller's transaction stays usable. Outside one it is an
     autocommitted write that shares nothing with the caller, so on PostgreSQL it goes on
-    the process's prepared bookkeeping connection (``celery_idem.connection``), with a
-    commit that still waits for the WAL flush (``insert_durable`` in postgresql.sql).
+    the process's bookkeeping connection (``celery_idem.connection``), with a commit that
+    waits for the WAL flush as the server's own setting says (claims and commits there do
+    not; an intent must: ``PostgreSQLBackend._insert``).
     """
     alias = settings.DATABASE
     dedicated = not connections[alias].in_atomic_block and bool(settings.DEDICATED_CONNECTION)

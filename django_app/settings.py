@@ -11,6 +11,10 @@ filesystem transport, no server to start.
 - ``IDEM_RESULTS``: a result backend URL, default a folder under ``IDEM_VAR_DIR``.
 - ``IDEM_VAR_DIR``: where SQLite files and the filesystem broker live (default ./var).
 - ``IDEM_QUEUE``: the default queue (tests use a fresh one per run).
+- ``IDEM_PGBOUNCER=1``: ``IDEM_PG_PORT`` is a PgBouncer in transaction pooling mode
+  (tests/services/pgbouncer.py starts one): ``DISABLE_SERVER_SIDE_CURSORS``, as Django
+  asks, and ``IDEM_PG_DIRECT_PORT`` (default 5432) is the server itself, where the tests
+  create and drop their database (tests/conftest.py).
 - ``IDEM_PG_APPLICATION_NAME``: the PostgreSQL ``application_name`` of this process's
   connections; ``IDEM_SQLITE_DJANGO_DEFAULTS=1``: SQLite on Django's default options
   (both for tests that start a worker with them).
@@ -74,6 +78,9 @@ TEMPLATES = [
 STATIC_URL = "static/"
 
 DATABASE_KIND = os.environ.get("IDEM_DATABASE", "sqlite")
+#: Behind PgBouncer (IDEM_PGBOUNCER=1), the PostgreSQL server's own port.
+PGBOUNCER = DATABASE_KIND == "postgres" and os.environ.get("IDEM_PGBOUNCER") == "1"
+PG_DIRECT_PORT = os.environ.get("IDEM_PG_DIRECT_PORT", "5432")
 if DATABASE_KIND == "postgres":
     _name = os.environ.get("IDEM_PG_NAME", "idem")
     DATABASES = {
@@ -86,6 +93,9 @@ if DATABASE_KIND == "postgres":
             "TEST": {"NAME": f"test_{_name}"},
         }
     }
+    if PGBOUNCER:
+        # Behind a transaction pooler a cursor cannot outlive its transaction's session.
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     if os.environ.get("IDEM_PG_APPLICATION_NAME"):
         # A test finds (and terminates) only one worker's connections by this name.
         DATABASES["default"]["OPTIONS"] = {

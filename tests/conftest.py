@@ -69,3 +69,41 @@ def _close_bookkeeping_connections() -> Iterator[None]:
 
     if connection.open_count():
         connection.close_bookkeeping_connections()
+
+
+PGBOUNCER = os.environ.get("IDEM_PGBOUNCER") == "1"
+
+if PGBOUNCER:
+    # Behind PgBouncer (the pgbouncer tier: tests/services/pgbouncer.py) the test database
+    # is created and dropped on the server itself, and used through the pooler in between:
+    # DROP DATABASE fails while the pooler keeps server sessions open on it.
+
+    def _point_at(port: str) -> None:
+        from django.db import connections
+
+        for conn in connections.all():
+            conn.close()
+            conn.settings_dict["PORT"] = port
+
+    @pytest.fixture(scope="session")
+    def django_db_modify_db_settings(django_db_modify_db_settings):  # noqa: F811
+        from django.conf import settings
+
+        _point_at(settings.PG_DIRECT_PORT)
+
+    @pytest.fixture(scope="session")
+    def django_db_setup(django_db_setup, django_db_blocker):  # noqa: F811
+        from django.conf import settings
+        from django.db import connection
+
+        from tests.services.pgbouncer import admin
+
+        pooler = os.environ["IDEM_PG_PORT"]
+        _point_at(pooler)
+        yield
+        with django_db_blocker.unblock():
+            _point_at(settings.PG_DIRECT_PORT)
+            # Close the pooler's server sessions on the test database (KILL pauses it).
+            name = str(connection.settings_dict["NAME"])
+            admin(int(pooler), f"KILL {name}")
+            admin(int(pooler), f"RESUME {name}")

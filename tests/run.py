@@ -21,6 +21,8 @@ import sys
 import tempfile
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +50,10 @@ class Tier:
     #: A pytest ``-m`` expression: the subset of ``paths`` this tier runs (all of them
     #: with ``--full``).
     markers: str | None = None
+    #: More test paths that only ``--full`` runs.
+    full_paths: tuple[str, ...] = ()
+    #: A server the tier starts for itself in front of the shared ones ("pgbouncer").
+    server: str | None = None
 
 
 POSTGRES = {"IDEM_DATABASE": "postgres"}
@@ -87,6 +93,19 @@ TIERS = [
            ("postgres", "redis"), stack=name, markers="pools or not worker")
       for name, about in [("oldest", "Python 3.11, Django 5.2, Celery 5.5"),
                           ("newest", "Python 3.13, Django 6.1, Celery 5.7")]),
+    Tier("pgbouncer+redis", "PostgreSQL behind a PgBouncer of its own in transaction "
+         "pooling mode (tests/services/pgbouncer.py; Debian's pgbouncer) + Redis: the worker "
+         "tests of duplicates, replays, atomic mode, the outbox, recovery and crashes on "
+         "prefork and gevent, the recovery pass's database tests (more with --full)",
+         tuple([f"tests/integration/test_{name}.py" for name in (
+             "pooler", "duplicates", "outbox", "recovery", "handback", "steps",
+             "worker_connections")] + [f"tests/db/test_{name}.py" for name in (
+                 "reaper", "reaper_beat", "reaper_hooks", "envelope_recovery",
+                 "handback_paths")]),
+         {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
+         ("postgres", "redis"), server="pgbouncer",
+         full_paths=tuple(f"tests/integration/test_{name}.py" for name in (
+             "envelope", "call_paths", "publish_paths", "beat"))),
     Tier("wheel", "the sdist and wheel built and checked, the wheel installed with its "
          "extras into a fresh virtualenv, a project outside the checkout running a task on "
          "a real worker (tests/packaging)", ("tests/packaging",), {}, ("postgres", "redis")),
@@ -137,9 +156,14 @@ def list_tiers() -> None:
         print(f"{tier.name:20} {tier.about}{needs}{full}")
 
 
-def _missing(services: tuple[str, ...]) -> list[str]:
+def _missing(tier: Tier) -> list[str]:
     missing = []
-    for name in services:
+    if tier.server == "pgbouncer":
+        from services import pgbouncer  # tests/services/, beside this file; stdlib only
+
+        if pgbouncer.binary() is None:
+            missing.append("pgbouncer (not installed: apt-get install pgbouncer)")
+    for name in tier.services:
         try:
             socket.create_connection(("127.0.0.1", SERVICES[name]), timeout=2).close()
         except OSError:
@@ -188,19 +212,32 @@ def run_tier(tier: Tier, workdir: Path, run_id: str, env: dict[str, str],
                   f"{'' if IN_CI else ' (skipped; in CI this fails the run)'}", flush=True)
             return 0, int(IN_CI), 0, not IN_CI
     junit = workdir / f"{tier.name}.xml"
-    env = {
-        **env, **tier.env,
-        "IDEM_VAR_DIR": str(workdir / tier.name),
-        "IDEM_QUEUE": f"idem-test-{run_id}-{tier.name}",
-        "IDEM_PG_NAME": f"idem_{run_id}", "IDEM_MYSQL_NAME": f"idem_{run_id}",
-    }
+    paths = [*tier.paths, *(tier.full_paths if full else ())]
     markers = ["-m", tier.markers] if tier.markers and not full else []
-    code = subprocess.call(
-        [python, "-m", "pytest", *tier.paths, *markers, f"--junitxml={junit}",
-         "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env=env)
+    with _server(tier.server) as server_env:
+        code = subprocess.call(
+            [python, "-m", "pytest", *paths, *markers, f"--junitxml={junit}",
+             "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, env={
+                **env, **tier.env, **server_env,
+                "IDEM_VAR_DIR": str(workdir / tier.name),
+                "IDEM_QUEUE": f"idem-test-{run_id}-{tier.name}",
+                "IDEM_PG_NAME": f"idem_{run_id}", "IDEM_MYSQL_NAME": f"idem_{run_id}",
+            })
     passed, failed, skipped = _counts(junit)
     # 5: no test collected (e.g. -k matched nothing in this tier), not a failure.
     return passed, failed, skipped, code in (0, 5)
+
+
+@contextmanager
+def _server(name: str | None) -> Iterator[dict[str, str]]:
+    """The server a tier starts for itself, and the environment that points at it."""
+    if name is None:
+        yield {}
+        return
+    from services import pgbouncer  # tests/services/, beside this file
+
+    with pgbouncer.running() as bouncer:
+        yield pgbouncer.environment(bouncer)
 
 
 def main(argv: list[str]) -> int:
@@ -220,7 +257,7 @@ def main(argv: list[str]) -> int:
     ok = not failed
     for tier in tiers:
         print(f"\n=== tier {tier.name} ===", flush=True)
-        missing = _missing(tier.services)
+        missing = _missing(tier)
         if missing and not IN_CI:
             print(f"skipped: {', '.join(missing)} not reachable on 127.0.0.1 "
                   "(in CI this fails the run)", flush=True)

@@ -1,20 +1,28 @@
-"""An atomic body's last statement and its COMMIT in one round trip (PostgreSQL, psycopg 3).
+"""Two statements in one round trip (PostgreSQL, psycopg 3's pipeline mode).
 
-``atomic=True`` ends its transaction with the commit move (the fenced ``succeeded``
-write), then Django's COMMIT at the block's exit: two round trips, the second only
-waiting for the first to say the fence held. psycopg's pipeline mode sends both at once
-if losing the fence fails the statement itself (``move_result_final`` in postgresql.sql):
-the server then skips the COMMIT queued behind it, and the block's exit rolls back.
+**An atomic body's last statement and its COMMIT.** ``atomic=True`` ends its transaction
+with the commit move (the fenced ``succeeded`` write), then Django's COMMIT at the block's
+exit: two round trips, the second only waiting for the first to say the fence held.
+Pipeline mode sends both at once if losing the fence fails the statement itself
+(``move_result_final`` in postgresql.sql): the server then skips the COMMIT queued behind
+it, and the block's exit rolls back. Only where the block's exit would have committed:
+the outermost ``atomic()`` on the connection, committing on exit, not already doomed.
+Django's exit then finds no transaction open (psycopg sends nothing for a commit then)
+and runs the ``on_commit`` callbacks as usual. Anywhere else (a savepoint inside the
+caller's transaction, psycopg 2, a libpq without pipeline mode) the move runs alone and
+the block commits as before.
 
-Only where the block's exit would have committed: the outermost ``atomic()`` on the
-connection, committing on exit, not already doomed. Django's exit then finds no
-transaction open (psycopg sends nothing for a commit then) and runs the ``on_commit``
-callbacks as usual. Anywhere else (a savepoint inside the caller's transaction, psycopg 2,
-a libpq without pipeline mode) the move runs alone and the block commits as before.
+**A bookkeeping write whose commit does not wait for the WAL flush.** On the bookkeeping
+connection (autocommit) a claim or a commit is sent after
+``set_config('synchronous_commit', 'off', true)``, both before one Sync: the server runs
+the messages up to a Sync in one implicit transaction, which the Sync commits, so the
+setting covers that commit and ends with it. Nothing stays on the session (a transaction
+pooler may hand it to another client next), and it costs no round trip.
 
-BEGIN and the claim stay two round trips: psycopg syncs after the BEGIN it sends in
-pipeline mode (``BaseConnection._start_query``), and sending both in one simple-protocol
-query would give up the claim's prepared statement.
+BEGIN and an atomic claim stay two round trips: psycopg syncs after the BEGIN it sends in
+pipeline mode (``BaseConnection._start_query``), and one simple-protocol query
+``BEGIN; ...`` would bind the claim's parameters client-side, which a prepared statement
+(when asked for) cannot.
 """
 
 from __future__ import annotations
@@ -23,6 +31,9 @@ from functools import cache
 from typing import Any
 
 from . import prepared
+
+#: Sent before a bookkeeping write, in its transaction: that commit only is unflushed.
+UNFLUSHED_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
 @cache
@@ -45,7 +56,7 @@ def commits_at_exit(connection: Any) -> bool:
 
 
 def execute_and_commit(connection: Any, sql: str, params: dict[str, Any]) -> None:
-    """Run ``sql`` (prepared, as ``prepared.cursor``) and COMMIT, in one round trip.
+    """Run ``sql`` (through ``prepared.cursor``) and COMMIT, in one round trip.
     A failing statement makes the server skip the COMMIT; its error is raised (as
     Django's), the transaction left for the block's exit to roll back."""
     with connection.wrap_database_errors, prepared.cursor(connection) as cursor:
@@ -54,6 +65,22 @@ def execute_and_commit(connection: Any, sql: str, params: dict[str, Any]) -> Non
         with connection.connection.pipeline():
             cursor.execute(sql, params)
             cursor.cursor.execute("COMMIT", prepare=False)
+
+
+def fetch_unflushed(connection: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on ``connection`` (autocommit, a DatabaseWrapper) and return its rows;
+    its commit does not wait for the WAL flush. Where pipeline mode is missing (psycopg 2,
+    an old libpq) or a transaction is open, the statement runs alone, its commit flushed."""
+    with connection.wrap_database_errors, prepared.cursor(connection) as cursor:
+        raw = connection.connection
+        if not _supported() or not connection.get_autocommit():
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+        with raw.pipeline():
+            raw.execute(UNFLUSHED_COMMIT, prepare=False)
+            cursor.execute(sql, params)
+        # Fetched after the pipeline's Sync: fetching inside it would cost a round trip.
+        return list(cursor.fetchall())
 
 
 def sqlstate(error: BaseException) -> str | None:

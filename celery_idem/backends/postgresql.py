@@ -109,17 +109,26 @@ class PostgreSQLBackend(Backend):
         return (State(rows[0][0]), int(rows[0][1])) if rows else None
 
     def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        # Prepared on either connection (on Django's: backends.prepared).
+        # Prepared only where the settings ask for it (backends.prepared).
         with prepared.cursor(self._connection()) as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
 
+    def _write(self, sql: str, params: dict[str, Any], *,
+               flush: bool = False) -> list[tuple[Any, ...]]:
+        """A statement that writes. On the bookkeeping connection its commit does not
+        wait for the WAL flush (CELERY_IDEM_SYNCHRONOUS_COMMIT off), unless ``flush``:
+        transaction-scoped, nothing stays on the session (pipeline.fetch_unflushed)."""
+        if self.dedicated and not flush and not idem_settings.SYNCHRONOUS_COMMIT:
+            return pipeline.fetch_unflushed(self._connection(), sql, params)
+        return self._fetch(sql, params)
+
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         assert move.target is not None
-        # An intent on the bookkeeping connection is durable all the same (insert_durable).
-        durable = claimant is None and self.dedicated and not idem_settings.SYNCHRONOUS_COMMIT
-        return _outcome(self._fetch(insert_sql(move.event, durable), {
+        # An intent's commit waits for the WAL flush wherever it is written: its message
+        # is about to leave, and an intent a crash lost would have it refused, not run.
+        return _outcome(self._write(insert_sql(move.event), {
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
             "fingerprint": intent.fingerprint, "args": _json(intent.args),
             "kwargs": _json(intent.kwargs), "options": _json(intent.options),
@@ -131,12 +140,12 @@ class PostgreSQLBackend(Backend):
             "worker": "" if claimant is None else claimant.worker, "parent": intent.parent_id,
             "lease": None if claimant is None else claimant.lease_expires_at,
             "started_at": None if claimant is None else now,
-        }))
+        }, flush=claimant is None))
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
                reason: str) -> ClaimOutcome:
         duplicate = states.move(DUPLICATE)
-        return _outcome(self._fetch(claim_sql(move.event), {
+        return _outcome(self._write(claim_sql(move.event), {
             "namespace": intent.namespace, "key": intent.key,
             "fingerprint": intent.fingerprint, "worker": claimant.worker,
             "task_id": claimant.task_id, "lease": claimant.lease_expires_at,
@@ -147,7 +156,7 @@ class PostgreSQLBackend(Backend):
         }))
 
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
-        rows = self._fetch(move_sql(move.event, tuple(sorted(change.values))),
+        rows = self._write(move_sql(move.event, tuple(sorted(change.values))),
                            _move_params(change, move, now))
         return int(rows[0][0]) if rows else None
 
@@ -183,7 +192,7 @@ class PostgreSQLBackend(Backend):
                 "reasons": [c.reason for c in group],
                 **{f"v_{col}": [_param(col, c.values[col]) for c in group] for col in columns},
             }
-            moved |= {job_id for (job_id,) in self._fetch(batch_sql(event, columns, types),
+            moved |= {job_id for (job_id,) in self._write(batch_sql(event, columns, types),
                                                          params)}
         return moved
 
@@ -191,7 +200,7 @@ class PostgreSQLBackend(Backend):
 
     def _save_step(self, change: Change, step: str, value: Any, now: datetime) -> StepWrite:
         assert change.from_state is not None
-        ((owned, inserted),) = self._fetch(step_sql(change.event), {
+        ((owned, inserted),) = self._write(step_sql(change.event), {
             "id": change.job_id, "event": change.event, "from_state": change.from_state.value,
             "to_state": change.from_state.value, "attempt": change.attempt, "step": step,
             "value": json.dumps(value), "now": now, "worker": change.worker,
@@ -206,7 +215,7 @@ class PostgreSQLBackend(Backend):
         return True, None if rows[0][0] is None else json.loads(rows[0][0])
 
     def clear_steps(self, job_id: int) -> int:
-        return int(self._fetch(QUERIES["steps_clear"], {"id": job_id})[0][0])
+        return int(self._write(QUERIES["steps_clear"], {"id": job_id})[0][0])
 
     # -- reads ---------------------------------------------------------------------------
 

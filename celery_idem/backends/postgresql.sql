@@ -41,20 +41,11 @@ WITH ins AS (
             %(message)s::jsonb, %(not_before)s, %(expires_at)s, %(sent_at)s)
     ON CONFLICT (namespace, key) DO NOTHING
     RETURNING {row}
-){record}{durable}
-SELECT true, false, {row} FROM ins{durable_join}
+){record}
+SELECT true, false, {row} FROM ins
 UNION ALL
 SELECT false, false, {row} FROM {job}
 WHERE namespace = %(namespace)s AND key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
-
--- name: insert_durable
--- Appended to "insert" for an intent written on the bookkeeping connection, whose
--- commits do not wait for the WAL flush (CELERY_IDEM_SYNCHRONOUS_COMMIT off): this one
--- does (set_config(..., true) lasts until the statement's own commit, which reads it).
--- An intent lost in a PostgreSQL crash while its message is in the broker would be a
--- task refused (no intent), not one repeated: the intent must be durable before its
--- message leaves. The result row joins it, so it runs whenever a row was inserted.
-, durable AS (SELECT set_config('synchronous_commit', 'on', true))
 
 -- name: claim
 -- The row is found by its unique key, then updated by primary key, and its state is

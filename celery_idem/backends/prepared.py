@@ -1,23 +1,29 @@
-"""Cursors for the library's statements on Django's own PostgreSQL connection, prepared.
+"""Cursors for the library's statements on PostgreSQL, and whether they are prepared.
 
-Atomic mode and the outbox run the job statements on Django's connection (they share the
-caller's transaction). Django gives psycopg ``prepare_threshold=None`` unless told
-otherwise, and psycopg then prepares nothing, ``prepare=True`` included
-(``psycopg._preparing.PrepareManager.get`` returns ``Prepare.NO`` first thing when the
-threshold is None). And Django's cursors bind client-side by default
-(``server_side_binding`` off): psycopg's ``ClientCursor`` never prepares either.
+A prepared statement is session state: it lives on the server session until the session
+ends. Behind a transaction pooler (PgBouncer in ``pool_mode = transaction`` before 1.21,
+or without ``max_prepared_statements``) consecutive transactions of one client run on
+different server sessions, so a statement prepared on one is missing on the next, or a
+name psycopg reuses (``_pg3_0``) already exists on it. So the library prepares nothing
+unless the settings ask for it:
 
-So, on such a connection (the default), our statements run on a server-binding cursor of
-the same session, wrapped by Django as usual (its error translation, query logging and
-execute wrappers still apply), and the raw connection's threshold is set to 1: psycopg
-prepares a statement on its second use in a session. The first use costs no extra round
-trip, so a connection closed after every task (Celery's fixup as shipped) pays nothing;
-a kept one (``CELERY_IDEM_WORKER_CONNECTIONS = "keep"``) plans each statement once. The
-project's own queries are unaffected: they go through Django's client-binding cursors,
-which never prepare. A project that turned ``server_side_binding`` on, or set
-``prepare_threshold`` in its ``OPTIONS`` (``None``: prepare nothing, as a PgBouncer in
-transaction mode before 1.21 needs), has chosen, and our statements follow its choice
-through Django's plain cursor.
+- ``CELERY_IDEM_PREPARED_STATEMENTS = True``: the library's statements are prepared (on
+  Django's connection from their second use in a session, on the bookkeeping connection,
+  which outlives tasks, from their first). The project's own queries are unaffected.
+- or the project's connection prepares its own queries (``OPTIONS``
+  ``server_side_binding: True`` and an integer ``prepare_threshold``): the library's
+  statements follow that choice.
+
+An explicit ``OPTIONS["prepare_threshold"]`` always wins (``None``: nothing is prepared;
+with the setting on, system check W007 says the two disagree).
+
+Django's cursors bind parameters client-side by default (``server_side_binding`` off).
+The library's statements run on a server-binding cursor of the same session all the
+same, wrapped by Django as usual (its error translation, query logging and execute
+wrappers still apply): binding is per message and leaves nothing on the session, and it
+is what lets a prepared statement be used when they are asked for. psycopg prepares
+nothing while the connection's ``prepare_threshold`` is None, Django's default; the
+cursor passes ``prepare=False`` when the settings do not ask, whatever the threshold.
 """
 
 from __future__ import annotations
@@ -26,8 +32,24 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-#: Prepare one of our statements on its second execution in a session.
+from ..conf import settings
+
+#: On Django's connection, prepare one of our statements on its second use in a session:
+#: the first costs no extra round trip, so a connection closed after every task (Celery's
+#: fixup as shipped) pays nothing for it.
 PREPARE_THRESHOLD = 1
+
+
+def threshold(options: dict[str, Any], default: int) -> int | None:
+    """The psycopg ``prepare_threshold`` for the library's statements on a connection
+    with these Django ``OPTIONS`` (None: prepare nothing), ``default`` when the setting
+    asks for prepared statements and ``OPTIONS`` do not say."""
+    if "prepare_threshold" in options:
+        # The project's own: it prepares its queries only if it binds server-side.
+        if settings.PREPARED_STATEMENTS or options.get("server_side_binding") is True:
+            return options["prepare_threshold"]
+        return None
+    return default if settings.PREPARED_STATEMENTS else None
 
 
 @cache
@@ -35,11 +57,16 @@ def _server_binding_cursor() -> type:
     from django.db.backends.postgresql import base
 
     class ServerBindingCursor(base.ServerBindingCursor):
-        """Django's server-binding cursor, whose last query Django's query log can read
-        after a prepared execution too (psycopg leaves ``_query`` unset then, and
-        ``last_executed_query`` reads it: the log would say None)."""
+        """Django's server-binding cursor, which prepares only when told to (``prepared``),
+        and whose last query Django's query log can read after a prepared execution too
+        (psycopg leaves ``_query`` unset then, and ``last_executed_query`` reads it: the
+        log would say None)."""
+
+        prepared = False
 
         def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
+            if not self.prepared:
+                options["prepare"] = False
             result = super().execute(query, params, **options)
             if getattr(self, "_query", None) is None:
                 self._query = SimpleNamespace(query=str(query).encode(), params=None)
@@ -54,7 +81,9 @@ def cursor(connection: Any) -> Any:
 
     options = connection.settings_dict["OPTIONS"]
     if (connection.vendor != "postgresql" or not is_psycopg3
-            or options.get("server_side_binding") is True or "prepare_threshold" in options):
+            or options.get("server_side_binding") is True):
+        # The project's cursors bind server-side: its prepare_threshold decides for ours
+        # too (raising it for ours would prepare its queries as well).
         return connection.cursor()
     from django.db.backends.postgresql import base
     from psycopg.pq import Format
@@ -62,10 +91,14 @@ def cursor(connection: Any) -> Any:
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = connection.connection
-    if raw.prepare_threshold is None:
-        raw.prepare_threshold = PREPARE_THRESHOLD
+    wanted = threshold(options, PREPARE_THRESHOLD)
+    if wanted is not None and raw.prepare_threshold is None:
+        # Only the library's statements use it: Django's client-binding cursors, which
+        # the project's queries run on, never prepare.
+        raw.prepare_threshold = wanted
     with connection.wrap_database_errors:
         server_binding = _server_binding_cursor()(raw)
+        server_binding.prepared = wanted is not None
         # As Django's create_cursor: its time zone when the connection's disagrees.
         loader = raw.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
         if connection.timezone != loader.timezone:

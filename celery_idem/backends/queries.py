@@ -1,7 +1,8 @@
 """The PostgreSQL backend's statements: the named queries of ``postgresql.sql``, with
 the parts a move decides (its guard, the columns it sets, whether it records) filled in
-from the move table (``celery_idem.states``). Rendered once per move and cached, so each
-text is prepared once per session (``backends.prepared``)."""
+from the move table (``celery_idem.states``). Rendered once per move and cached: the same
+text each time, so it is prepared once per session where prepared statements are asked
+for (``backends.prepared``)."""
 
 from __future__ import annotations
 
@@ -66,18 +67,15 @@ def _record(move: Move, history_values: str, source: str = "moved") -> str:
 
 
 @cache
-def insert_sql(event: str, durable: bool = False) -> str:
-    """The insert of move ``event``; ``durable``: its commit waits for the WAL flush even
-    on a connection whose commits do not (``insert_durable`` in postgresql.sql)."""
-    sql = QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
-                                                        "ins"))
-    return (sql.replace("{durable}", "\n" + QUERIES["insert_durable"] if durable else "")
-            .replace("{durable_join}", ", durable" if durable else ""))
+def insert_sql(event: str) -> str:
+    """The insert of move ``event``: an intent, or a claim whose intent is missing."""
+    return QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
+                                                         "ins"))
 
 
 @cache
 def claim_sql(event: str) -> str:
-    """The claim statement of move ``event`` (cached: the same text is prepared once)."""
+    """The claim statement of move ``event``."""
     m, duplicate = states.move(event), states.move(DUPLICATE)
     sql = (QUERIES["claim"].replace("{guard}", _guard(m.guard))
            .replace("{record}", _record(m, _WORKER_LINE, "claimed")))

@@ -49,19 +49,23 @@ def _publish(task, key: str) -> None:
     get_backend("default").publish(task.intent((key,)), uuid(), timezone.now())
 
 
-def test_today_atomic_and_the_one_statement_prototype_per_message():
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+def test_today_atomic_and_the_one_statement_prototype_per_message(settings, prepared):
     """Fresh key: today BEGIN, claim, body, then the commit move with COMMIT (4 round
     trips); the prototype BEGIN, body, conditional commit, COMMIT (4). A duplicate of a
     finished key: today BEGIN, claim (lost: the row), COMMIT (3), the body does not run;
     the prototype runs the body and rolls it back: BEGIN, body, statement (lost), ROLLBACK
-    (4 statements), and 6 round trips: psycopg drops every prepared statement of the
-    session at a ROLLBACK (``DEALLOCATE ALL``, one more), so the prototype's statement is
-    prepared again first (one more). Counted once every statement is prepared (psycopg
-    spends one more round trip on a statement's first prepared use in a session)."""
+    (4 statements), 4 round trips; with prepared statements (CELERY_IDEM_PREPARED_STATEMENTS)
+    6: psycopg drops every prepared statement of the session at a ROLLBACK
+    (``DEALLOCATE ALL``, one more), so the prototype's statement is prepared again first
+    (one more). Counted once every statement is prepared (psycopg spends one more round
+    trip on a statement's first prepared use in a session)."""
     from bench.onestmt import bench_atomic1
     from django_app.effects.bench_tasks import bench_atomic
     from django_app.effects.models import Effect
 
+    settings.CELERY_IDEM_PREPARED_STATEMENTS = prepared
+    connection.close()  # a session under the setting
     counts = {}
     for name, task in (("atomic", bench_atomic), ("atomic1", bench_atomic1)):
         for warm in (f"warm1-{name}", f"warm2-{name}"):
@@ -81,5 +85,6 @@ def test_today_atomic_and_the_one_statement_prototype_per_message():
         "atomic": {"fresh": (["BEGIN", "COMMIT"], 3, 4), "replay": (["BEGIN", "COMMIT"], 1, 3)},
         # the body's INSERT plus the one conditional statement, in both cases
         "atomic1": {"fresh": (["BEGIN", "COMMIT"], 2, 4),
-                    "replay": (["BEGIN", "ROLLBACK"], 2, 6)},
+                    "replay": (["BEGIN", "ROLLBACK"], 2, 6 if prepared else 4)},
     }
+    connection.close()

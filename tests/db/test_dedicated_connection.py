@@ -63,26 +63,64 @@ def test_the_dedicated_connection_survives_closing_djangos_connections():
     connections.close_all()
     claim(3).succeed(3)
     assert bookkeeping_connection("default").connection is before
-    with bookkeeping_connection("default").cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
-        assert cursor.fetchone()[0] >= 2, "claim and commit are prepared statements"
     assert bookkeeping_connection("default") is not connections["default"]
 
 
-@pytest.mark.skipif(not on_postgres, reason="the dedicated connection is PostgreSQL's")
-def test_dedicated_commits_do_not_wait_for_the_flush_unless_asked(settings):
-    """synchronous_commit is off on that connection only, and the setting turns it on."""
-    assert _synchronous_commit(bookkeeping_connection("default")) == "off"
-    assert _synchronous_commit(connections["default"]) == "on"
-    close_bookkeeping_connections()
-    settings.CELERY_IDEM_SYNCHRONOUS_COMMIT = True
-    assert _synchronous_commit(bookkeeping_connection("default")) == "on"
+@pytest.fixture
+def commit_modes():
+    """The synchronous_commit each commit that wrote a job row ran with, read by a deferred
+    trigger (it fires in the commit, where a transaction-scoped setting still holds):
+    a function returning [(state, mode), ...] in commit order."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(COMMIT_MODES)
+    yield lambda: [tuple(row) for row in _rows(
+        "SELECT state, mode FROM idem_commit_mode ORDER BY id")]
+    with connections["default"].cursor() as cursor:
+        cursor.execute("DROP TABLE idem_commit_mode;"
+                       " DROP TRIGGER idem_commit_mode ON celery_idem_job;"
+                       " DROP FUNCTION idem_note_commit_mode()")
+
+
+COMMIT_MODES = """
+CREATE TABLE idem_commit_mode (id serial PRIMARY KEY, state text, mode text);
+CREATE FUNCTION idem_note_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO idem_commit_mode (state, mode)
+    VALUES (NEW.state, current_setting('synchronous_commit'));
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER idem_commit_mode AFTER INSERT OR UPDATE ON celery_idem_job
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION idem_note_commit_mode();
+"""
+
+
+def _rows(sql):
+    with connections["default"].cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetchall()
 
 
 def _synchronous_commit(wrapper):
     with wrapper.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         return cursor.fetchone()[0]
+
+
+@pytest.mark.skipif(not on_postgres, reason="the dedicated connection is PostgreSQL's")
+def test_claims_and_commits_do_not_wait_for_the_flush_per_transaction(settings, commit_modes):
+    """On the bookkeeping connection a claim and a commit commit with synchronous_commit
+    off, set for their own transaction: the session's setting is the server's, as on
+    Django's connection, and an intent's commit keeps it (flushed). The setting turns the
+    unflushed commits off."""
+    server = _synchronous_commit(connections["default"])
+    assert server != "off", "this test needs a server that flushes by default"
+    claim(5).succeed(5)
+    assert commit_modes() == [("PENDING", server), ("RUNNING", "off"), ("SUCCEEDED", "off")]
+    assert _synchronous_commit(bookkeeping_connection("default")) == server
+    settings.CELERY_IDEM_SYNCHRONOUS_COMMIT = True
+    claim(6).succeed(6)
+    assert commit_modes()[3:] == [("PENDING", server), ("RUNNING", server),
+                                  ("SUCCEEDED", server)]
 
 
 postgres_only = pytest.mark.skipif(not on_postgres,

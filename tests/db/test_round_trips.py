@@ -77,8 +77,9 @@ def test_statements_per_path(backend, backend_kind, task):
 def test_the_intent_rides_the_callers_transaction_or_the_bookkeeping_connection(
         backend_kind):
     """Outside a transaction the intent is one statement on the bookkeeping connection
-    (PostgreSQL: prepared, its commit durable); inside ``atomic()`` it is written in the
-    caller's transaction, on Django's connection (the outbox)."""
+    (PostgreSQL; its commit flushed: tests/db/test_dedicated_connection.py); inside
+    ``atomic()`` it is written in the caller's transaction, on Django's connection (the
+    outbox)."""
     # The library's own choice of backend (the ``backend`` fixture would pin one).
     with use_backend(GenericBackend("default")) if backend_kind == "generic" else nullcontext():
         outside = statements(lambda: echo.apply_async(args=(2,)))
@@ -86,45 +87,72 @@ def test_the_intent_rides_the_callers_transaction_or_the_bookkeeping_connection(
             inside = statements(lambda: echo.apply_async(args=(3,)))
     if backend_kind == "native":
         assert (len(outside["django"]), len(outside["bookkeeping"])) == (0, 1)
-        assert "set_config('synchronous_commit', 'on', true)" in outside["bookkeeping"][0]
         assert (len(inside["django"]), len(inside["bookkeeping"])) == (1, 0)
     else:
         assert len(outside["django"]) == len(inside["django"]) == 1
 
 
-def test_atomic_statements_are_prepared_and_the_projects_own_queries_are_not(backend_kind):
-    """Django leaves psycopg's prepare_threshold at None (nothing prepared): the library's
-    statements on Django's connection are prepared on their second use in the session;
-    the project's own queries, on Django's client-binding cursors, never are."""
+def _prepared_statements():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.fixture
+def new_session():
+    """Django's connection reopened for the test (its settings read at connect), and
+    closed after it (before the test's settings are restored)."""
+    connection.close()
+    yield
+    connection.close()
+
+
+def test_asked_for_the_librarys_statements_are_prepared_and_the_projects_are_not(
+        backend_kind, settings, new_session):
+    """CELERY_IDEM_PREPARED_STATEMENTS: the library's statements on Django's connection
+    are prepared on their second use in the session; the project's own queries, on
+    Django's client-binding cursors, never are. (Not asked for, nothing is prepared:
+    tests/db/test_session_state.py.)"""
     if backend_kind != "native" or connection.vendor != "postgresql":
         pytest.skip("prepared statements are the PostgreSQL backend's")
+    settings.CELERY_IDEM_PREPARED_STATEMENTS = True
     for n in (10, 11, 12):
         assert atomic_echo.apply(args=(n,)).get() == n
     with connection.cursor() as cursor:
         for _ in range(3):
             cursor.execute("SELECT count(*) FROM celery_idem_job WHERE attempt >= %s", [0])
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        prepared = [row[0] for row in cursor.fetchall()]
+    prepared = _prepared_statements()
     assert any("UPDATE celery_idem_job" in text and "attempt + 1" in text
                for text in prepared), prepared  # the claim
     assert any("finished_at" in text for text in prepared), prepared  # the commit
     assert not any("WHERE attempt >=" in text for text in prepared)  # the project's
 
 
-def test_a_project_that_sets_prepare_threshold_keeps_its_choice(backend_kind, monkeypatch):
-    """``OPTIONS["prepare_threshold"]`` set by the project (None behind an old PgBouncer):
-    the library's statements run on Django's own cursor, as the project's do."""
+@pytest.mark.parametrize(("options", "setting", "prepares"), [
+    ({"server_side_binding": True, "prepare_threshold": 0}, False, True),
+    ({"prepare_threshold": None}, True, False),
+    ({"prepare_threshold": 0}, False, False),
+], ids=["project-prepares", "project-forbids", "threshold-without-server-binding"])
+def test_the_projects_options_decide_where_they_say(backend_kind, settings, monkeypatch,
+                                                   options, setting, prepares):
+    """A project whose own queries are prepared (``server_side_binding`` and a
+    ``prepare_threshold``) gets the library's prepared too, without the setting; one that
+    sets ``prepare_threshold`` to None (the setting on: check W007) gets nothing prepared;
+    a threshold without server-side binding prepares nothing of the project's, so
+    nothing of the library's either."""
     if backend_kind != "native" or connection.vendor != "postgresql":
         pytest.skip("prepared statements are the PostgreSQL backend's")
-    import psycopg
-
-    from celery_idem.backends import prepared
-
-    with prepared.cursor(connection) as cursor:
-        assert not isinstance(cursor.cursor, psycopg.ClientCursor)  # server-side binding
-    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "prepare_threshold", None)
-    with prepared.cursor(connection) as cursor:
-        assert isinstance(cursor.cursor, psycopg.ClientCursor)  # Django's, unprepared
+    settings.CELERY_IDEM_PREPARED_STATEMENTS = setting
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS",
+                        {**connection.settings_dict["OPTIONS"], **options})
+    try:
+        for n in (13, 14, 15):
+            assert atomic_echo.apply(args=(n,)).get() == n
+        claim_prepared = any("attempt + 1" in text for text in _prepared_statements())
+    finally:
+        connection.close()
+    assert claim_prepared is prepares
 
 
 def _native_postgresql(backend_kind):
@@ -132,12 +160,16 @@ def _native_postgresql(backend_kind):
         pytest.skip("pipeline mode is the PostgreSQL backend's")
 
 
-def test_an_atomic_commit_and_its_COMMIT_share_one_round_trip(backend_kind):
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+def test_an_atomic_commit_and_its_COMMIT_share_one_round_trip(backend_kind, settings,
+                                                              new_session, prepared):
     """A fresh atomic run: BEGIN, the claim, then the commit move pipelined with COMMIT:
-    three round trips, not four. (A replay is BEGIN, its one read, COMMIT.) Measured
-    once the statements are prepared: psycopg spends one more round trip on a
-    statement's first prepared use in a session."""
+    three round trips, not four; a replay likewise (BEGIN, its one read, COMMIT). Without
+    prepared statements (the default) from the session's first run; with them, once they
+    are prepared: psycopg spends one more round trip on a statement's first prepared use
+    in a session."""
     _native_postgresql(backend_kind)
+    settings.CELERY_IDEM_PREPARED_STATEMENTS = prepared
 
     def run(n):
         return lambda: atomic_echo.apply(args=(n,), headers={
@@ -145,11 +177,37 @@ def test_an_atomic_commit_and_its_COMMIT_share_one_round_trip(backend_kind):
 
     for n in (20, 21, 22):
         atomic_echo.apply_async(args=(n,))
-    for n in (21, 22):  # fresh runs and replays: every statement prepared
-        run(n)()
-        run(n)()
+    if prepared:
+        for n in (21, 22):  # fresh runs and replays: every statement prepared
+            run(n)()
+            run(n)()
     assert round_trips(connection, run(20)) == 3
     assert round_trips(connection, run(20)) == 3
+    assert bool(_prepared_statements()) is prepared
+
+
+@pytest.mark.parametrize("synchronous", [False, True], ids=["unflushed", "flushed"])
+def test_bookkeeping_writes_are_one_round_trip_each(backend_kind, settings, synchronous):
+    """On the bookkeeping connection: the intent, the claim and the commit one round trip
+    each. The claim's and commit's transaction-scoped ``synchronous_commit = off`` is
+    pipelined with them (backends/pipeline.py): it costs no round trip."""
+    _native_postgresql(backend_kind)
+    from celery_idem import claims
+
+    settings.CELERY_IDEM_SYNCHRONOUS_COMMIT = synchronous
+    wrapper = bookkeeping_connection(connection.alias)  # the one the calls below take
+    release_bookkeeping()
+    intent = echo.intent((30,))
+    won: list = []
+
+    def claim():
+        won.append(claims.acquire(intent, worker="h/1", task_id="t-30", lease_seconds=60,
+                                  using="default", dedicated=True)[1])
+        release_bookkeeping()
+
+    assert round_trips(wrapper, lambda: echo.apply_async(args=(30,))) == 1
+    assert round_trips(wrapper, claim) == 1
+    assert round_trips(wrapper, lambda: won[0].succeed(30)) == 1
 
 
 def test_a_pipelined_commit_that_loses_its_fence_commits_nothing(backend_kind):

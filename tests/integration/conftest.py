@@ -27,6 +27,10 @@ def tier_pools() -> tuple[str, ...]:
     if FULL_MATRIX:
         return all_pools
     broker = urlparse(settings.CELERY_BROKER_URL).scheme
+    if settings.PGBOUNCER:
+        # Behind the pooler: the pool whose bookkeeping connections are per process, and
+        # the one with one per running greenlet (the most clients).
+        return ("prefork", "gevent")
     if settings.DATABASE_KIND == "postgres" and broker == "redis":
         return all_pools
     if settings.DATABASE_KIND == "sqlite":

@@ -52,6 +52,10 @@ def worker_env(**extra: str) -> dict[str, str]:
         "IDEM_DATABASE": settings.DATABASE_KIND,
         "PYTHONPATH": str(ROOT),
     })
+    if connection.vendor == "postgresql":
+        # The server, or the pooler in front of it (the pgbouncer tier): where this
+        # process connects, so a worker's connections go the same way.
+        env["IDEM_PG_PORT"] = str(connection.settings_dict["PORT"])
     env.update(extra)
     return env
 

@@ -152,6 +152,30 @@ class TestJobDatabase:
         assert checks._check_sqlite("default", good) == []
 
 
+class TestPreparedStatements:
+    @staticmethod
+    def postgres(**options):
+        return {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs", "OPTIONS": options}
+
+    def test_asked_for_where_options_prepare_nothing_is_w007(self):
+        """The setting on, and OPTIONS["prepare_threshold"] = None (what PgBouncer users
+        were told to set before): psycopg prepares nothing, the setting does nothing."""
+        with override_settings(CELERY_IDEM_PREPARED_STATEMENTS=True):
+            messages = checks._check_prepared("jobs", self.postgres(prepare_threshold=None))
+        assert ids(messages) == ["celery_idem.W007"]
+        assert "'jobs'" in messages[0].msg and "PgBouncer" in messages[0].hint
+
+    @pytest.mark.parametrize(("setting", "options"), [
+        (True, {}), (True, {"prepare_threshold": 5}), (False, {"prepare_threshold": None}),
+        (False, {})])
+    def test_agreeing_settings_pass(self, setting, options):
+        with override_settings(CELERY_IDEM_PREPARED_STATEMENTS=setting):
+            assert checks._check_prepared("jobs", self.postgres(**options)) == []
+
+    def test_the_projects_settings_pass(self):
+        assert checks.check_prepared_statements() == []
+
+
 def test_manage_py_check_passes_on_the_test_project(tmp_path):
     """A fresh process, as ``manage.py check`` runs: the project's task modules are
     imported and every task created, and nothing is reported, not even a warning (on a
