@@ -120,77 +120,78 @@ def _has(schema_editor: Any, state: Any, app_label: str, model_name: str, name: 
     return name in _indexes(schema_editor, table)
 
 
-class AddIndexIfMissing(migrations.AddIndex):
+class _RerunGuard:
+    """Makes an index or constraint operation re-runnable where DDL cannot roll back: it
+    skips creating what is already there and dropping what is already gone (a migration
+    that failed half-way left it so). ``adds``: the operation creates the object going
+    forwards (and drops it going backwards)."""
+
+    adds: bool
+    model_name: str
+
+    @property
+    def object_name(self) -> str:
+        raise NotImplementedError
+
+    def _done(self, schema_editor: Any, app_label: str, state: Any, creating: bool) -> bool:
+        """Whether the step is done already: the object there (creating) or gone."""
+        return _rerun_guarded(schema_editor) and _has(
+            schema_editor, state, app_label, self.model_name, self.object_name) == creating
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        state = to_state if self.adds else from_state
+        if not self._done(schema_editor, app_label, state, creating=self.adds):
+            super().database_forwards(  # type: ignore[misc]
+                app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        state = from_state if self.adds else to_state
+        if not self._done(schema_editor, app_label, state, creating=not self.adds):
+            super().database_backwards(  # type: ignore[misc]
+                app_label, schema_editor, from_state, to_state)
+
+
+class AddIndexIfMissing(_RerunGuard, migrations.AddIndex):
     """AddIndex; where DDL cannot roll back, an index of that name already there stays."""
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                          to_state: Any) -> None:
-        if _rerun_guarded(schema_editor) and _has(schema_editor, to_state, app_label,
-                                                  self.model_name, self.index.name):
-            return
-        super().database_forwards(app_label, schema_editor, from_state, to_state)
+    adds = True
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
-        if _rerun_guarded(schema_editor) and not _has(schema_editor, from_state, app_label,
-                                                      self.model_name, self.index.name):
-            return
-        super().database_backwards(app_label, schema_editor, from_state, to_state)
+    @property
+    def object_name(self) -> str:
+        return str(self.index.name)
 
 
-class RemoveIndexIfPresent(migrations.RemoveIndex):
+class RemoveIndexIfPresent(_RerunGuard, migrations.RemoveIndex):
     """RemoveIndex; where DDL cannot roll back, an index already gone is not an error."""
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                          to_state: Any) -> None:
-        if _rerun_guarded(schema_editor) and not _has(schema_editor, from_state, app_label,
-                                                      self.model_name, self.name):
-            return
-        super().database_forwards(app_label, schema_editor, from_state, to_state)
+    adds = False
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
-        if _rerun_guarded(schema_editor) and _has(schema_editor, to_state, app_label,
-                                                  self.model_name, self.name):
-            return
-        super().database_backwards(app_label, schema_editor, from_state, to_state)
+    @property
+    def object_name(self) -> str:
+        return str(self.name)
 
 
-class AddConstraintIfMissing(migrations.AddConstraint):
+class AddConstraintIfMissing(_RerunGuard, migrations.AddConstraint):
     """AddConstraint; where DDL cannot roll back, a constraint of that name already there
     stays."""
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                          to_state: Any) -> None:
-        if _rerun_guarded(schema_editor) and _has(schema_editor, to_state, app_label,
-                                                  self.model_name, self.constraint.name):
-            return
-        super().database_forwards(app_label, schema_editor, from_state, to_state)
+    adds = True
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
-        if _rerun_guarded(schema_editor) and not _has(schema_editor, from_state, app_label,
-                                                      self.model_name, self.constraint.name):
-            return
-        super().database_backwards(app_label, schema_editor, from_state, to_state)
+    @property
+    def object_name(self) -> str:
+        return str(self.constraint.name)
 
 
-class RemoveConstraintIfPresent(migrations.RemoveConstraint):
+class RemoveConstraintIfPresent(_RerunGuard, migrations.RemoveConstraint):
     """RemoveConstraint; where DDL cannot roll back, one already gone is not an error."""
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                          to_state: Any) -> None:
-        if _rerun_guarded(schema_editor) and not _has(schema_editor, from_state, app_label,
-                                                      self.model_name, self.name):
-            return
-        super().database_forwards(app_label, schema_editor, from_state, to_state)
+    adds = False
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
-        if _rerun_guarded(schema_editor) and _has(schema_editor, to_state, app_label,
-                                                  self.model_name, self.name):
-            return
-        super().database_backwards(app_label, schema_editor, from_state, to_state)
+    @property
+    def object_name(self) -> str:
+        return str(self.name)
 
 
 class AlterForeignKeyIndex(migrations.AlterField):
