@@ -107,8 +107,10 @@ TIERS = [
          full_paths=tuple(f"tests/integration/test_{name}.py" for name in (
              "envelope", "call_paths", "publish_paths", "beat"))),
     Tier("wheel", "the sdist and wheel built and checked, the wheel installed with its "
-         "extras into a fresh virtualenv, a project outside the checkout running a task on "
-         "a real worker (tests/packaging)", ("tests/packaging",), {}, ("postgres", "redis")),
+         "extras into a fresh virtualenv, a project outside the checkout set up as the "
+         "README says on PostgreSQL, behind PgBouncer and on MariaDB: duplicates, a replay "
+         "and a killed worker (tests/packaging)", ("tests/packaging",), {},
+         ("postgres", "redis", "mariadb")),
 ]
 #: The static checks: (name, command). Each counts as one test and fails the run when
 #: it fails.

@@ -1,7 +1,7 @@
 """The package as a user gets it: the sdist and wheel built with ``build``, checked with
-``twine``, the wheel installed with its ``[postgres,redis]`` extras into a fresh
-virtualenv, and a minimal project outside the checkout running a task through a real
-``celery worker``.
+``twine``, the wheel installed with its extras into a fresh virtualenv, and a minimal
+project outside the checkout, set up as the README says, running tasks through real
+``celery worker`` processes on PostgreSQL, behind PgBouncer and on MariaDB.
 
 PostgreSQL and Redis, not SQLite and the filesystem transport: the extras are what a
 user's install needs for a production stack, and only a real driver and transport show
@@ -16,14 +16,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_service
+from tests.conftest import IN_CI, require_service
+from tests.services import pgbouncer
 
 from . import smoke_project
 
@@ -100,80 +103,144 @@ def test_the_extras_name_what_their_transport_needs(wheel: Path) -> None:
     assert any(r.startswith("celery[redis]") and 'extra == "redis"' in r for r in requires)
     assert any(r.startswith("psycopg[binary]") and 'extra == "postgres"' in r
                for r in requires)
+    assert any(r.startswith("mysqlclient") and 'extra == "mysql"' in r for r in requires)
 
 
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with the wheel and its postgres and redis extras; its bin/."""
+    """A fresh virtualenv with the wheel and the extras of every stack the project below
+    runs on (postgres, mysql, redis); its bin/."""
     venv = tmp_path_factory.mktemp("user-venv")
     run([sys.executable, "-m", "venv", str(venv)], cwd=venv)
     run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-         "--disable-pip-version-check", f"{wheel}[postgres,redis]"], cwd=venv)
+         "--disable-pip-version-check", f"{wheel}[postgres,mysql,redis]"], cwd=venv)
     return venv / "bin"
 
 
-@pytest.fixture
-def database() -> Iterator[str]:
+@contextmanager
+def fresh_database(kind: str) -> Iterator[dict[str, str]]:
+    """An empty database for the project on ``kind`` (behind a PgBouncer of its own for
+    "pgbouncer"); the SMOKE_* variables that point the project at it."""
+    name = f"idem_wheel_{uuid.uuid4().hex[:8]}"
+    if kind == "mariadb":
+        require_service("mariadb")
+        import MySQLdb
+
+        admin = MySQLdb.connect(host="127.0.0.1", port=3306, user="root")
+        admin.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        try:
+            yield {"SMOKE_DB": name}
+        finally:
+            admin.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+            admin.close()
+        return
     require_service("postgres")
-    require_service("redis")
     import psycopg
 
-    name = f"idem_wheel_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield name
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        if kind == "pgbouncer":
+            if pgbouncer.binary() is None:
+                missing = "pgbouncer is not installed (apt-get install pgbouncer)"
+                pytest.fail(missing) if IN_CI else pytest.skip(missing)
+            with pgbouncer.running() as bouncer:
+                yield {"SMOKE_DB": name, "SMOKE_PORT": str(bouncer.port)}
+        else:
+            yield {"SMOKE_DB": name, "SMOKE_PORT": "5432"}
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def user_env(project: Path, database: str) -> dict[str, str]:
+def user_env(project: Path, kind: str, database: dict[str, str]) -> dict[str, str]:
     """The environment of a user's shell: nothing pointing into the checkout."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV")
            and not k.startswith("IDEM_")}
-    return {**env, "SMOKE_DB": database, "SMOKE_BROKER": f"{REDIS}/0",
-            "SMOKE_RESULTS": f"{REDIS}/1", "SMOKE_QUEUE": f"idem-wheel-{database}",
+    return {**env, **database, "SMOKE_DATABASE": kind, "SMOKE_BROKER": f"{REDIS}/0",
+            "SMOKE_RESULTS": f"{REDIS}/1", "SMOKE_QUEUE": f"idem-wheel-{database['SMOKE_DB']}",
             "SMOKE_EFFECTS": str(project / "effects.txt")}
 
 
-def test_a_project_outside_the_checkout_runs_a_duplicated_task_once(
-        installed: Path, database: str, tmp_path: Path) -> None:
+class Worker:
+    """``celery -A smokeproj worker`` of the installed package, as a user starts it."""
+
+    def __init__(self, installed: Path, project: Path, env: dict[str, str], name: str):
+        self.log_path = project.parent / f"{name}.log"
+        with self.log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                [str(installed / "celery"), "-A", "smokeproj", "worker", "-P", "prefork",
+                 "-c", "2", "-Q", env["SMOKE_QUEUE"], "-n", f"{name}@%h",
+                 "--without-gossip", "--without-mingle", "-l", "INFO"],
+                cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        """Warm shutdown (a SIGKILL if it does not end); the exit code."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def wait_for(path: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"timed out waiting for {path}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("kind", ["postgres", "pgbouncer", "mariadb"])
+def test_a_project_following_the_readme_runs_each_key_once_and_survives_a_killed_worker(
+        installed: Path, kind: str, tmp_path: Path) -> None:
+    """Outside the checkout, on the wheel, with the README's settings for the database:
+    ``check`` clean, ``migrate``, a task published twice runs once and a third publish
+    replays it, and a job whose whole worker was SIGKILLed mid-body runs again after
+    the recovery pass, its effect made once."""
+    require_service("redis")
     project = tmp_path / "project"
     smoke_project.write(project)
-    env = user_env(project, database)
     python = str(installed / "python")
+    with fresh_database(kind) as database:
+        env = user_env(project, kind, database)
+        checked = run([python, "manage.py", "check", "--fail-level", "WARNING"], project, env)
+        assert "no issues" in checked
+        run([python, "manage.py", "migrate", "--no-input"], project, env)
 
-    checked = run([python, "manage.py", "check", "--fail-level", "WARNING"], project, env)
-    assert "no issues" in checked
-    run([python, "manage.py", "migrate", "--no-input"], project, env)
-
-    log = (tmp_path / "worker.log").open("w")
-    worker = subprocess.Popen(
-        [str(installed / "celery"), "-A", "smokeproj", "worker", "-P", "prefork", "-c", "2",
-         "-Q", env["SMOKE_QUEUE"], "-n", f"{database}@%h", "--without-gossip",
-         "--without-mingle", "-l", "INFO"],
-        cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        # Both results come back only once the worker has handled both messages.
-        done = subprocess.run([python, "smoke_check.py"], cwd=project, env=env,
-                              capture_output=True, text=True, timeout=180)
-    finally:
-        worker.send_signal(signal.SIGTERM)
+        worker = Worker(installed, project, env, "first")
         try:
-            worker.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        log.close()
-    worker_log = (tmp_path / "worker.log").read_text()
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\nworker:\n{worker_log}"
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+            done = subprocess.run([python, "smoke_check.py"], cwd=project, env=env,
+                                  capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{worker.log()}"
+            run([python, "manage.py", "shell", "-c",
+                 "from smokeapp.tasks import pack; pack.delay(9)"], project, env)
+            wait_for(project / "effects.txt.started")
+        finally:
+            worker.process.kill()  # the whole worker: its pool children die with it
+            worker.process.wait()
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+
+        second = Worker(installed, project, env, "second")
+        try:
+            (project / "effects.txt.release").touch()
+            recovered = json.loads(run([python, "smoke_recover.py", "pack/9"], project,
+                                       env).strip().splitlines()[-1])
+        finally:
+            exit_code = second.stop()
 
     assert Path(seen["package"]).is_relative_to(installed.parent), seen["package"]
-    assert seen["results"] == [{"order": 7}, {"order": 7}]
-    assert (project / "effects.txt").read_text() == "shipped 7\n", worker_log
+    assert seen["results"] == [{"order": 7}] * 3
     assert seen["jobs"] == [["ship/7", "SUCCEEDED"]]
     assert seen["admin_status"] == 200
     assert seen["admin_lists_the_key"]
     assert seen["stylesheet"]
-    assert worker.returncode == 0, worker_log
+    assert recovered == {"state": "SUCCEEDED", "attempt": 2, "result": {"packed": 9}}, \
+        second.log()
+    assert (project / "effects.txt").read_text() == "shipped 7\npacked 9\n"
+    assert (project / "effects.txt.started").read_text() == "attempt 1\nattempt 2\n"
+    assert exit_code == 0, second.log()
