@@ -17,20 +17,16 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
 
+from .checks import TAG
 from .conf import settings
 
-TAG = "celery_idem"
 #: MySQLdb.constants.CLIENT.FOUND_ROWS (PyMySQL's is the same): UPDATE reports the rows
 #: it matched, not only those it changed.
 FOUND_ROWS = 2
 
 
-def _mysql_options(alias: str) -> dict[str, Any] | None:
-    """The OPTIONS of ``alias`` if it is a MySQL/MariaDB database, else None."""
-    return mysql_options(django_settings.DATABASES.get(alias, {}))
-
-
 def mysql_options(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The OPTIONS of a database's ``config`` if it is MySQL/MariaDB, else None."""
     if "mysql" not in config.get("ENGINE", ""):
         return None
     return dict(config.get("OPTIONS") or {})
@@ -40,7 +36,7 @@ def mysql_options(config: dict[str, Any]) -> dict[str, Any] | None:
 def check_mysql_options(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E010: the client flags drop FOUND_ROWS; W010: REPEATABLE READ."""
     alias = settings.DATABASE
-    options = _mysql_options(alias)
+    options = mysql_options(django_settings.DATABASES.get(alias, {}))
     return [] if options is None else option_messages(alias, options)
 
 
@@ -77,7 +73,8 @@ def check_mysql_engine(app_configs: Any = None, databases: Iterable[str] | None 
                        **kwargs: Any) -> list[checks.CheckMessage]:
     """E011 (with ``check --database``, and at migrate): the job table is not InnoDB."""
     alias = settings.DATABASE
-    if _mysql_options(alias) is None or alias not in (databases or ()):
+    if (mysql_options(django_settings.DATABASES.get(alias, {})) is None
+            or alias not in (databases or ())):
         return []
     tables = _tables()
     with connections[alias].cursor() as cursor:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from tests.chaos.servers import listening
 
 INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
 MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
@@ -19,14 +20,6 @@ MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
 
 def available() -> bool:
     return Path(INSTALL_DB).exists() and Path(MARIADBD).exists()
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 class MariaDB:
@@ -63,7 +56,7 @@ class MariaDB:
              "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
-        while not _listening(self.port):
+        while not listening(self.port):
             if self.process.poll() is not None:
                 raise RuntimeError(f"mariadbd exited at start:\n{self.log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
