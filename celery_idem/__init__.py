@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .batching import batch, publish_many
 from .errors import (
     ArgumentsNotJSON,
     ClaimError,
@@ -44,6 +45,9 @@ __all__ = [
     "PER_CALL",
     # leader-owned coordinators (celery_idem.leases for the leases themselves)
     "LeaderTask",
+    # publishing many tasks: one intent statement per batch (celery_idem.batching)
+    "batch",
+    "publish_many",
     # errors
     "IdempotencyError",
     "ArgumentsNotJSON",

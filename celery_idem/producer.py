@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
+from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -24,7 +25,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from . import envelope, errors
-from .backends import Change, Intent, get_backend
+from .backends import Change, ClaimOutcome, Intent, get_backend
 from .children import BASE_HEADER, CHORD_UNLOCK, child_key, header, publishing_task, running_parent
 from .claims import persistence
 from .conf import settings
@@ -42,6 +43,9 @@ KEY_HEADER = "celery_idem_key"
 ERROR_HEADER = "celery_idem_error"
 #: apply_async options that decide where a message goes, kept to re-dispatch it.
 ROUTING_OPTIONS = ("queue", "routing_key", "exchange", "priority")
+#: The batch open in this context (``celery_idem.batching``): it takes the intents and
+#: messages of the publishes made in it, and writes and sends them together at its end.
+open_batch: ContextVar[Any] = ContextVar("celery_idem_batch", default=None)
 
 
 def build_intent(spec: KeySpec, namespace: str, task_name: str, args: Any = None,
@@ -69,22 +73,32 @@ def write_intent(intent: Intent, task_id: str) -> int | None:
     waits for the WAL flush as the server's own setting says (claims and commits there do
     not; an intent must: ``PostgreSQLBackend._insert``).
     """
+    (outcome,) = write_intents([(intent, task_id)])
+    row = outcome.row
+    if not outcome.won and row is not None and row.fingerprint != intent.fingerprint:
+        raise mismatch(intent, row)
+    return row.id if outcome.won and row is not None else None
+
+
+def write_intents(intents: list[tuple[Intent, str]]) -> list[ClaimOutcome]:
+    """Insert each (intent, task id) as ``write_intent`` does, one statement for them
+    all when there are several (``Backend.publish_many``); their outcomes, in order.
+    The caller checks the fingerprints."""
     alias = settings.DATABASE
     dedicated = not connections[alias].in_atomic_block and bool(settings.DEDICATED_CONNECTION)
     backend = get_backend(alias, dedicated)
     try:
         with persistence(), _savepoint(alias):
-            outcome = backend.publish(intent, task_id, timezone.now())
+            if len(intents) == 1:
+                intent, task_id = intents[0]
+                return [backend.publish(intent, task_id, timezone.now())]
+            return backend.publish_many(intents, timezone.now())
     finally:
         if dedicated:
             # Back to the process's idle connections at once: a web process has no
             # task_postrun to hand it back, and its next request may run on another
             # thread (a worker's claim takes it again on its next statement).
             release_bookkeeping()
-    row = outcome.row
-    if not outcome.won and row is not None and row.fingerprint != intent.fingerprint:
-        raise mismatch(intent, row)
-    return row.id if outcome.won and row is not None else None
 
 
 def mismatch(intent: Intent, row: Any) -> KeyMismatch:
@@ -185,9 +199,14 @@ def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
 
     def on_publish(real: Any, body: Any, kw: dict[str, Any]) -> Any:
         message = envelope.capture(body, kw)
-        written.append(write_intent(replace(
-            job, message=message, not_before=envelope.eta(message),
-            expires_at=envelope.expires(message), sent=not outbox), task_id))
+        captured = replace(job, message=message, not_before=envelope.eta(message),
+                           expires_at=envelope.expires(message), sent=not outbox)
+        batch = open_batch.get()
+        if batch is not None and batch.takes():
+            batch.add(captured, task_id, task.app, body, kw)
+            written.append(None)
+            return None
+        written.append(write_intent(captured, task_id))
         if outbox:
             transaction.on_commit(lambda: _send_committed(task.app, body, kw, written[0]),
                                   using=settings.DATABASE)

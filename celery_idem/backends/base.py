@@ -65,6 +65,30 @@ class Backend(ABC):
                      task_id=task_id)
         return outcome
 
+    def publish_many(self, intents: list[tuple[Intent, str]],
+                     now: datetime) -> list[ClaimOutcome]:
+        """``publish`` for each (intent, task id), in one statement where the database
+        allows; an outcome per intent, in order. A key that repeats in ``intents`` is
+        inserted once, by its first intent: the later ones get its row, not won (their
+        caller checks the fingerprint as against any existing row)."""
+        first: dict[tuple[str, str], tuple[Intent, str]] = {}
+        for intent, task_id in intents:
+            first.setdefault((intent.namespace, intent.key), (intent, task_id))
+        outcomes = self._insert_many(states.move("published"), list(first.values()), now)
+        answered: list[ClaimOutcome] = []
+        seen: set[tuple[str, str]] = set()
+        for intent, task_id in intents:
+            name = (intent.namespace, intent.key)
+            outcome = outcomes.get(name, ClaimOutcome(False, None))
+            if name in seen:
+                outcome = ClaimOutcome(False, outcome.row)  # a repeat: the first's row
+            elif outcome.won and outcome.row is not None:
+                announce(self.alias, outcome.row.id, "published", None, State.PENDING, 0,
+                         task_id=task_id)
+            seen.add(name)
+            answered.append(outcome)
+        return answered
+
     def claim(self, event: str, intent: Intent, claimant: Claimant,
               reason: str = "") -> ClaimOutcome:
         """Make the claim move ``event`` on ``intent``'s key: from PENDING (``claimed``) or
@@ -149,6 +173,13 @@ class Backend(ABC):
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         """Insert the key's row in ``move.target`` (claimed by ``claimant`` when given)
         with its history line, unless the key exists: then return the existing row."""
+
+    def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
+                     now: datetime) -> dict[tuple[str, str], ClaimOutcome]:
+        """``_insert`` of each (intent, task id), keys distinct, by (namespace, key);
+        one statement in the database backends, one at a time here."""
+        return {(intent.namespace, intent.key): self._insert(move, intent, now, task_id=task_id)
+                for intent, task_id in intents}
 
     @abstractmethod
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,

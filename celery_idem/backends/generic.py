@@ -31,6 +31,16 @@ from .values import (
 )
 
 
+def _columns(move: Move, intent: Intent, now: datetime, task_id: str) -> dict[str, Any]:
+    """The columns of ``intent``'s new row in ``move.target``."""
+    return {"namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
+            "args": intent.args, "kwargs": intent.kwargs, "fingerprint": intent.fingerprint,
+            "options": intent.options, "state": move.target, "task_id": task_id,
+            "parent_id": intent.parent_id, "message": intent.message,
+            "not_before": intent.not_before, "expires_at": intent.expires_at,
+            "sent_at": now if intent.sent else None, "created_at": now, "updated_at": now}
+
+
 class GenericBackend(Backend):
     """Backend for any database Django supports."""
 
@@ -58,15 +68,7 @@ class GenericBackend(Backend):
                      "lease_expires_at": claimant.lease_expires_at, "started_at": now}
         try:
             with transaction.atomic(using=self.alias):
-                job = self._jobs().create(
-                    namespace=intent.namespace, key=intent.key, task_name=intent.task_name,
-                    args=intent.args, kwargs=intent.kwargs, fingerprint=intent.fingerprint,
-                    options=intent.options, state=move.target, task_id=task_id,
-                    parent_id=intent.parent_id,
-                    message=intent.message, not_before=intent.not_before,
-                    expires_at=intent.expires_at, sent_at=now if intent.sent else None,
-                    created_at=now, updated_at=now, **claim,
-                )
+                job = self._jobs().create(**_columns(move, intent, now, task_id), **claim)
                 if move.recorded:
                     line = Change(job.pk, move.event, None, worker=claim.get("worker", ""),
                                   task_id=task_id, reason=reason)
@@ -74,6 +76,40 @@ class GenericBackend(Backend):
         except IntegrityError:
             return ClaimOutcome(False, self._row(namespace=intent.namespace, key=intent.key))
         return ClaimOutcome(True, JobRow.from_values({c: getattr(job, c) for c in ROW_COLUMNS}))
+
+    def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
+                     now: datetime) -> dict[tuple[str, str], ClaimOutcome]:
+        # One multi-row INSERT whose conflicts on (namespace, key) change nothing: a no-op
+        # update of the key's own namespace, not ignore_conflicts (INSERT IGNORE / INSERT
+        # OR IGNORE would also drop a row that breaks any other constraint, silently).
+        # Then one read of the batch's keys: a row this batch inserted carries its task id
+        # and ``now`` as created_at.
+        features = connections[self.alias].features
+        target = ["namespace", "key"] if features.supports_update_conflicts_with_target else None
+        jobs = [Job(**_columns(move, intent, now, task_id)) for intent, task_id in intents]
+        by_namespace: dict[str, list[str]] = {}
+        for intent, _ in intents:
+            by_namespace.setdefault(intent.namespace, []).append(intent.key)
+        found = Q()
+        for namespace, keys in by_namespace.items():
+            found |= Q(namespace=namespace, key__in=keys)
+        mine = {(i.namespace, i.key): task_id for i, task_id in intents}
+        with transaction.atomic(using=self.alias):
+            self._jobs().bulk_create(jobs, update_conflicts=True, update_fields=["namespace"],
+                                     unique_fields=target)
+            rows = self._jobs().filter(found).values(
+                "namespace", "key", "created_at", *ROW_COLUMNS)
+            outcomes = {}
+            for values in rows:
+                name = (values.pop("namespace"), values.pop("key"))
+                won = values.pop("created_at") == now and values["task_id"] == mine[name]
+                outcomes[name] = ClaimOutcome(won, JobRow.from_values(values))
+            if move.recorded:
+                Transition.objects.using(self.alias).bulk_create(
+                    Transition(job_id=o.row.id, event=move.event, to_state=move.target,
+                               attempt=0, task_id=o.row.task_id, at=now)
+                    for o in outcomes.values() if o.won and o.row is not None)
+        return outcomes
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
                reason: str) -> ClaimOutcome:

@@ -28,6 +28,7 @@ from .queries import (
     QUERIES,
     batch_sql,
     claim_sql,
+    insert_batch_sql,
     insert_sql,
     move_sql,
     step_sql,
@@ -141,6 +142,28 @@ class PostgreSQLBackend(Backend):
             "lease": None if claimant is None else claimant.lease_expires_at,
             "started_at": None if claimant is None else now,
         }, flush=claimant is None))
+
+    def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
+                     now: datetime) -> dict[tuple[str, str], ClaimOutcome]:
+        assert move.target is not None
+        values = [i for i, _ in intents]
+        rows = self._write(insert_batch_sql(move.event), {
+            "namespaces": [i.namespace for i in values], "keys": [i.key for i in values],
+            "task_names": [i.task_name for i in values],
+            "fingerprints": [i.fingerprint for i in values],
+            "args": [_json(i.args) for i in values], "kwargs": [_json(i.kwargs) for i in values],
+            "options": [_json(i.options) for i in values],
+            "task_ids": [task_id for _, task_id in intents],
+            "parents": [i.parent_id for i in values],
+            "messages": [_json(i.message) for i in values],
+            "not_befores": [i.not_before for i in values],
+            "expires": [i.expires_at for i in values],
+            "sent_ats": [now if i.sent else None for i in values],
+            "to_state": move.target.value, "event": move.event, "from_state": None,
+            "now": now,
+        }, flush=True)  # as ``_insert``: the messages are about to leave
+        return {(namespace, key): ClaimOutcome(bool(won), _row(tuple(row)))
+                for won, _, namespace, key, *row in rows}
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
                reason: str) -> ClaimOutcome:

@@ -47,6 +47,36 @@ UNION ALL
 SELECT false, false, {row} FROM {job}
 WHERE namespace = %(namespace)s AND key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
 
+-- name: insert_batch
+-- Many intents in one statement (a batch: celery_idem.batching), one row per distinct key,
+-- per-row values as arrays: the rows inserted come back won, the rows whose key existed
+-- as they stood, each with its (namespace, key).
+WITH v AS (
+    SELECT * FROM unnest(%(namespaces)s::text[], %(keys)s::text[], %(task_names)s::text[],
+                         %(fingerprints)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[],
+                         %(options)s::jsonb[], %(task_ids)s::text[], %(parents)s::bigint[],
+                         %(messages)s::jsonb[], %(not_befores)s::timestamptz[],
+                         %(expires)s::timestamptz[], %(sent_ats)s::timestamptz[])
+        AS v (namespace, key, task_name, fingerprint, args, kwargs, options, task_id,
+              parent_id, message, not_before, expires_at, sent_at)
+), ins AS (
+    INSERT INTO {job} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
+                       attempt, worker, task_id, lease_expires_at, dispatch_count,
+                       created_at, started_at, updated_at, parent_id, message, not_before,
+                       expires_at, sent_at)
+    SELECT namespace, key, task_name, args, kwargs, fingerprint, options, %(to_state)s, 0,
+           '', task_id, NULL, 0, %(now)s, NULL, %(now)s, parent_id, message, not_before,
+           expires_at, sent_at
+    FROM v
+    ON CONFLICT (namespace, key) DO NOTHING
+    RETURNING namespace, key, {row}
+){record}
+SELECT true, false, namespace, key, {row} FROM ins
+UNION ALL
+SELECT false, false, namespace, key, {row} FROM {job}
+WHERE (namespace, key) IN (SELECT namespace, key FROM v)
+  AND (namespace, key) NOT IN (SELECT namespace, key FROM ins)
+
 -- name: claim
 -- The row is found by its unique key, then updated by primary key, and its state is
 -- compared through an expression no index matches (``state || ''``). Otherwise, while
@@ -102,8 +132,8 @@ SELECT attempt FROM moved
 SELECT 1 / count(*)::int FROM moved
 
 -- name: move_record
--- The history CTE of a move that records (appended to "insert", "claim", "move",
--- "move_batch" and "step_save"; {source} is the CTE that wrote the row).
+-- The history CTE of a move that records (appended to "insert", "insert_batch", "claim",
+-- "move", "move_batch" and "step_save"; {source} is the CTE that wrote the row).
 , hist AS (
     {history_insert}
     SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, {history_values}, %(now)s

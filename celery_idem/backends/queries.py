@@ -74,6 +74,13 @@ def insert_sql(event: str) -> str:
 
 
 @cache
+def insert_batch_sql(event: str) -> str:
+    """The insert of many intents (move ``event``) in one statement."""
+    return QUERIES["insert_batch"].replace(
+        "{record}", _record(states.move(event), "'', task_id, '', ''", "ins"))
+
+
+@cache
 def claim_sql(event: str) -> str:
     """The claim statement of move ``event``."""
     m, duplicate = states.move(event), states.move(DUPLICATE)
