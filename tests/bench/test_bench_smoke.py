@@ -180,3 +180,11 @@ def test_session_cost(bench_env, tmp_path):
                                                        for s in kinds.values())
                for kinds in data["summary"].values())
     assert data["summary"]["default"]["plain"]["ratio_to_default"] == 1
+
+
+def test_publish_batch(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "publish_batch.py", "--n", "10", "--rounds", "1")
+    results = data["results"]
+    assert results["batch: publish_many(group)"]["intent_statements_per_batch"] == 1
+    assert results["batch in atomic()"]["intent_statements_per_batch"] == 1
+    assert results["one at a time"]["intent_statements_per_batch"] == 10

@@ -59,6 +59,22 @@ def test_publish_inserts_once_and_reports_the_existing_row(store):
     assert history(store, first.row.id) == []  # the happy path records no history
 
 
+def test_publish_many_inserts_each_new_key_once_in_order(store):
+    """A batch: new keys won, an existing key and a key repeated in the batch not won,
+    each with the row that stands (its fingerprint for the caller to check)."""
+    existing = store.publish(intent("old"), "t-0", timezone.now()).row
+    outcomes = store.publish_many([(intent("a"), "t-1"), (intent("old", "other"), "t-2"),
+                                   (intent("b"), "t-3"), (intent("a", "fp-2"), "t-4")],
+                                  timezone.now())
+    a, old, b, again = outcomes
+    assert a.won and b.won and not old.won and not again.won
+    assert old.row.id == existing.id and old.row.fingerprint == "fp"
+    assert again.row.id == a.row.id and again.row.fingerprint == "fp"
+    assert (a.row.state, a.row.attempt, a.row.task_id) == (State.PENDING, 0, "t-1")
+    assert a.row.id != b.row.id
+    assert history(store, a.row.id) == []  # the published move records no history
+
+
 def row_version(store, job_id):
     """What changes whenever the job row is written: its updated_at, and on PostgreSQL
     the tuple's version (xmin, ctid) too."""

@@ -1,0 +1,124 @@
+"""Publishing many keyed tasks as one batch (issue 21 item 1) against plain Celery's batch.
+
+    .venv/bin/python bench/publish_batch.py --n 1000 --rounds 5
+
+Publishes N tasks per variant to Redis (no worker: publishing alone), on PostgreSQL,
+the variants interleaved in each round (so a busy moment of the machine hits them all):
+
+- ``plain group``: ``group(plain_effect.s(k) ...).apply_async()``, a plain Django task
+  (the baseline of every ratio);
+- ``batch: publish_many(group)``: the same group of ``ship_order`` through
+  ``celery_idem.publish_many``: one intent statement, then the messages;
+- ``batch in atomic()``: a loop of ``delay`` in ``transaction.atomic()`` and
+  ``celery_idem.batch()``: the intents in the transaction, the messages on commit;
+- ``one at a time``: a loop of ``ship_order.delay`` (an intent statement each), for
+  reference.
+
+For each: the median seconds per batch over rounds, the rate ratio to the plain group of
+the same rounds (plain's median time / the variant's), and the intent statements per
+batch (Django's query log on both connections, counted once after the timed rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _common as c  # noqa: E402
+
+CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=1000, help="tasks per batch")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    queue = c.new_queue("bench-batch")
+    c.configure("redis", queue)
+    c.setup_django()
+
+    from celery import group
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from celery_idem import batch, publish_many
+    from celery_idem.connection import bookkeeping_connection
+    from django_app.effects.tasks import plain_effect, ship_order
+
+    def plain(base: int) -> None:
+        group(plain_effect.s(f"plain/{base + i}") for i in range(args.n)).apply_async()
+
+    def batched(base: int) -> None:
+        publish_many(group(ship_order.s(base + i) for i in range(args.n)))
+
+    def in_atomic(base: int) -> None:
+        with transaction.atomic(), batch():
+            for i in range(args.n):
+                ship_order.delay(base + i)
+
+    def one_at_a_time(base: int) -> None:
+        for i in range(args.n):
+            ship_order.delay(base + i)
+
+    variants: dict[str, Callable[[int], None]] = {
+        "plain group": plain, "batch: publish_many(group)": batched,
+        "batch in atomic()": in_atomic, "one at a time": one_at_a_time,
+    }
+    timings: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        for name, publish in variants.items():  # warm up: connections, imports, plans
+            publish(-10 * args.n * (1 + list(variants).index(name)))
+        for round_ in range(args.rounds):
+            c.reset_tables()
+            c.delete_queue("redis", queue)
+            for index, (name, publish) in enumerate(variants.items()):
+                base = (round_ * len(variants) + index) * args.n
+                started = time.perf_counter()
+                publish(base)
+                timings[name].append(time.perf_counter() - started)
+            c.log(f"round {round_ + 1}", {n: round(t[-1], 3) for n, t in timings.items()})
+        statements = {name: _intent_statements(publish, 10**8 * (1 + i), connection,
+                                               bookkeeping_connection("default"),
+                                               CaptureQueriesContext)
+                      for i, (name, publish) in enumerate(variants.items())}
+    finally:
+        c.delete_queue("redis", queue)
+        c.reset_tables()
+    plain_median = c.median(timings["plain group"])
+    results: dict[str, Any] = {}
+    for name, times in timings.items():
+        results[name] = {
+            "median_s_per_batch": round(c.median(times), 4),
+            "s_per_batch_by_round": [round(t, 4) for t in times],
+            "tasks_per_s": round(args.n / c.median(times)),
+            "rate_ratio_to_plain_group": round(plain_median / c.median(times), 3),
+            "intent_statements_per_batch": statements[name],
+        }
+        c.log(name, results[name])
+    c.write_result("publish_batch", {
+        "command": c.command_line(), "environment": c.environment(),
+        "n": args.n, "rounds": args.rounds, "results": results,
+    }, args.out)
+
+
+def _intent_statements(publish: Callable[[int], None], base: int, connection: Any,
+                       bookkeeping: Any, capture: Any) -> int:
+    """Statements that write intents while ``publish(base)`` runs, on both connections."""
+    with capture(connection) as django_log, capture(bookkeeping) as bookkeeping_log:
+        publish(base)
+    return sum("celery_idem_job" in q["sql"] and "INSERT" in q["sql"].upper()
+               for q in django_log.captured_queries + bookkeeping_log.captured_queries
+               if not q["sql"].lstrip().upper().startswith(CONTROL))
+
+
+if __name__ == "__main__":
+    main()
