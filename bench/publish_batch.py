@@ -14,9 +14,10 @@ the variants interleaved in each round (so a busy moment of the machine hits the
 - ``one at a time``: a loop of ``ship_order.delay`` (an intent statement each), for
   reference.
 
-For each: the median seconds per batch over rounds, the rate ratio to the plain group of
-the same rounds (plain's median time / the variant's), and the intent statements per
-batch (Django's query log on both connections, counted once after the timed rounds).
+For each: the median seconds per batch over rounds, the rate ratio to the plain group
+(plain's time / the variant's, per round, then the median: the variants of a round ran
+back to back), the load average, and the intent statements per batch (Django's query
+log on both connections, counted once after the timed rounds).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def main() -> None:
         "batch in atomic()": in_atomic, "one at a time": one_at_a_time,
     }
     timings: dict[str, list[float]] = {name: [] for name in variants}
+    loads: list[float] = []
     try:
         for name, publish in variants.items():  # warm up: connections, imports, plans
             publish(-10 * args.n * (1 + list(variants).index(name)))
@@ -86,6 +88,7 @@ def main() -> None:
                 publish(base)
                 timings[name].append(time.perf_counter() - started)
             c.log(f"round {round_ + 1}", {n: round(t[-1], 3) for n, t in timings.items()})
+            loads.append(c.loadavg()[0])
         statements = {name: _intent_statements(publish, 10**8 * (1 + i), connection,
                                                bookkeeping_connection("default"),
                                                CaptureQueriesContext)
@@ -93,20 +96,24 @@ def main() -> None:
     finally:
         c.delete_queue("redis", queue)
         c.reset_tables()
-    plain_median = c.median(timings["plain group"])
+    plain_times = timings["plain group"]
     results: dict[str, Any] = {}
     for name, times in timings.items():
+        # Per round (the variants of a round ran back to back), then the median and range.
+        ratios = [plain / mine for plain, mine in zip(plain_times, times, strict=True)]
         results[name] = {
             "median_s_per_batch": round(c.median(times), 4),
             "s_per_batch_by_round": [round(t, 4) for t in times],
             "tasks_per_s": round(args.n / c.median(times)),
-            "rate_ratio_to_plain_group": round(plain_median / c.median(times), 3),
+            "rate_ratio_to_plain_group": round(c.median(ratios), 3),
+            "rate_ratio_by_round": [round(r, 3) for r in ratios],
             "intent_statements_per_batch": statements[name],
         }
         c.log(name, results[name])
     c.write_result("publish_batch", {
         "command": c.command_line(), "environment": c.environment(),
-        "n": args.n, "rounds": args.rounds, "results": results,
+        "n": args.n, "rounds": args.rounds, "loadavg_1min_by_round": loads,
+        "results": results,
     }, args.out)
 
 

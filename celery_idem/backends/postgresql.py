@@ -50,6 +50,10 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
 def _param(column: str, value: Any) -> Any:
     """A value for a job column as the driver should send it (JSON columns as text)."""
     return _json(value) if column in JSON_COLUMNS else value
@@ -146,19 +150,15 @@ class PostgreSQLBackend(Backend):
     def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
                      now: datetime) -> dict[tuple[str, str], ClaimOutcome]:
         assert move.target is not None
-        values = [i for i, _ in intents]
+        sent = now.isoformat()
         rows = self._write(insert_batch_sql(move.event), {
-            "namespaces": [i.namespace for i in values], "keys": [i.key for i in values],
-            "task_names": [i.task_name for i in values],
-            "fingerprints": [i.fingerprint for i in values],
-            "args": [_json(i.args) for i in values], "kwargs": [_json(i.kwargs) for i in values],
-            "options": [_json(i.options) for i in values],
-            "task_ids": [task_id for _, task_id in intents],
-            "parents": [i.parent_id for i in values],
-            "messages": [_json(i.message) for i in values],
-            "not_befores": [i.not_before for i in values],
-            "expires": [i.expires_at for i in values],
-            "sent_ats": [now if i.sent else None for i in values],
+            "rows": json.dumps([{
+                "namespace": i.namespace, "key": i.key, "task_name": i.task_name,
+                "fingerprint": i.fingerprint, "args": i.args, "kwargs": i.kwargs,
+                "options": i.options, "task_id": task_id, "parent_id": i.parent_id,
+                "message": i.message, "not_before": _iso(i.not_before),
+                "expires_at": _iso(i.expires_at), "sent_at": sent if i.sent else None,
+            } for i, task_id in intents]),
             "to_state": move.target.value, "event": move.event, "from_state": None,
             "now": now,
         }, flush=True)  # as ``_insert``: the messages are about to leave

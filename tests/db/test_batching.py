@@ -148,3 +148,17 @@ def test_publish_many_takes_signatures_or_a_group(backend, backend_kind):
     sqls = statements(lambda: publish_many(group(echo.s(1100 + i) for i in range(N))))
     assert len(_inserts(sqls)) == 1
     assert Job.objects.filter(key__regex=r"^echo/1[01]0[0-9]$").count() == 2 * N
+
+
+def test_each_row_of_a_batch_keeps_its_own_message_and_eta(backend):
+    """The envelope, ETA and expiry of each message land on its own row, as a single
+    publish writes them (a re-send publishes that message)."""
+    with batch():
+        echo.apply_async(args=(1200,), countdown=600, expires=3600)
+        echo.apply_async(args=(1201,))
+    later, now = Job.objects.get(key="echo/1200"), Job.objects.get(key="echo/1201")
+    assert later.not_before is not None and later.expires_at is not None
+    assert later.not_before < later.expires_at
+    assert now.not_before is None and now.expires_at is None
+    assert later.message["body"][0] == [1200] and now.message["body"][0] == [1201]
+    assert later.message["headers"]["id"] == later.task_id
