@@ -43,3 +43,10 @@ def retry_all_arguments(self, n, seen=0):
     if not seen:
         raise self.retry(kwargs={"n": n, "seen": 1}, args=(), countdown=0)
     return n * 10
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=ALL_ARGUMENTS, typing=False)
+def add_untyped(self, x, y):
+    """Celery's add_not_typed: its arguments are not checked at publish."""
+    _effect(self, x=x, y=y)
+    return x + y
