@@ -16,7 +16,8 @@ the variants interleaved in each round (so a busy moment of the machine hits the
 
 For each: the median seconds per batch over rounds, the rate ratio to the plain group
 (plain's time / the variant's, per round, then the median: the variants of a round ran
-back to back), the load average, and the intent statements per batch (Django's query
+back to back), the same ratio of the producer's CPU time, the load average, and the
+intent statements per batch (Django's query
 log on both connections, counted once after the timed rounds).
 """
 
@@ -75,6 +76,7 @@ def main() -> None:
         "batch in atomic()": in_atomic, "one at a time": one_at_a_time,
     }
     timings: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_times: dict[str, list[float]] = {name: [] for name in variants}
     loads: list[float] = []
     try:
         for name, publish in variants.items():  # warm up: connections, imports, plans
@@ -84,9 +86,10 @@ def main() -> None:
             c.delete_queue("redis", queue)
             for index, (name, publish) in enumerate(variants.items()):
                 base = (round_ * len(variants) + index) * args.n
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 publish(base)
                 timings[name].append(time.perf_counter() - started)
+                cpu_times[name].append(time.process_time() - cpu)
             c.log(f"round {round_ + 1}", {n: round(t[-1], 3) for n, t in timings.items()})
             loads.append(c.loadavg()[0])
         statements = {name: _intent_statements(publish, 10**8 * (1 + i), connection,
@@ -107,6 +110,12 @@ def main() -> None:
             "tasks_per_s": round(args.n / c.median(times)),
             "rate_ratio_to_plain_group": round(c.median(ratios), 3),
             "rate_ratio_by_round": [round(r, 3) for r in ratios],
+            # The producer's own CPU (time.process_time), which other processes' load
+            # disturbs less than the wall clock: plain's CPU / the variant's.
+            "median_cpu_s_per_batch": round(c.median(cpu_times[name]), 4),
+            "cpu_ratio_to_plain_group": round(c.median(
+                p / m for p, m in zip(cpu_times["plain group"], cpu_times[name],
+                                      strict=True)), 3),
             "intent_statements_per_batch": statements[name],
         }
         c.log(name, results[name])
