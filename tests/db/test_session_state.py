@@ -5,7 +5,7 @@ another client after each transaction, so whatever a session keeps beyond a tran
 reaches a client that did not make it: a prepared statement (``prepared statement
 "_pg3_0" already exists``), a ``SET``, an advisory lock, a temporary table, a LISTEN.
 After every path the library's bookkeeping takes in a process (publishes outside and
-inside a transaction, claims, commits, failures, retries, steps, heartbeats, atomic runs
+inside a transaction, alone and in batches, claims, commits, failures, retries, steps, heartbeats, atomic runs
 and their replays, a recovery pass), each session it used, Django's and its own, carries
 what a fresh session of the same settings carries, and nothing more. With
 ``CELERY_IDEM_PREPARED_STATEMENTS`` on, its statements are prepared, and still nothing
@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from celery_idem import IdempotentTask, claims
+from celery_idem import IdempotentTask, batch, claims
 from celery_idem import connection as bookkeeping
 from celery_idem.backends import Change
 from celery_idem.models import Job
@@ -80,6 +80,12 @@ def exercise() -> None:
         plain.apply_async(args=(n,))  # the intent on the bookkeeping connection
         with transaction.atomic():
             plain.apply_async(args=(n + 10,))  # inside a transaction: the outbox
+        with batch():  # a batch's intents in one statement, then its sent marks in one
+            plain.apply_async(args=(n + 40,))
+            plain.apply_async(args=(n + 42,))
+        with transaction.atomic(), batch():
+            plain.apply_async(args=(n + 50,))
+            plain.apply_async(args=(n + 52,))
         claim = dedicated_claim(n, f"t-{n}")  # as a worker claims (not eager)
         claim.heartbeat()
         step = Change(claim.job_id, STEP_COMPLETED, State.RUNNING, attempt=claim.attempt,
