@@ -95,10 +95,10 @@ TIERS = [
                           ("newest", "Python 3.13, Django 6.1, Celery 5.7")]),
     Tier("pgbouncer+redis", "PostgreSQL behind a PgBouncer of its own in transaction "
          "pooling mode (tests/services/pgbouncer.py; Debian's pgbouncer) + Redis: the worker "
-         "tests of duplicates, replays, atomic mode, the outbox, recovery and crashes on "
+         "tests of duplicates, replays, atomic mode, the outbox, batches, recovery and crashes on "
          "prefork and gevent, the recovery pass's database tests (more with --full)",
          tuple([f"tests/integration/test_{name}.py" for name in (
-             "pooler", "duplicates", "outbox", "recovery", "handback", "steps",
+             "pooler", "duplicates", "outbox", "batching", "recovery", "handback", "steps",
              "worker_connections")] + [f"tests/db/test_{name}.py" for name in (
                  "reaper", "reaper_beat", "reaper_hooks", "envelope_recovery",
                  "handback_paths")]),
