@@ -32,7 +32,14 @@ from .errors import (
 )
 from .fingerprints import check_json
 from .job_transaction import job_transaction
-from .producer import KEY_HEADER, build_intent, header, mismatch, refused_error
+from .producer import (
+    KEY_HEADER,
+    UNWRITTEN_HEADER,
+    build_intent,
+    header,
+    mismatch,
+    refused_error,
+)
 from .replacement import Replaced, handed_over, settle
 from .states import State
 
@@ -57,7 +64,8 @@ class Run:
         self.request.idempotency_key = self.intent.key
         #: Sent by the library's producer, which wrote the intent first (see missing_intent);
         #: an eager ``apply`` runs here and now, with no transaction to wait for.
-        self.published = key is not None and not self.request.is_eager
+        self.published = (key is not None and not self.request.is_eager
+                          and not header(self.request, UNWRITTEN_HEADER))
         self.worker = claims.worker_id(self.request.hostname, os.getpid())
         self.lease = task.lease_seconds()
 
