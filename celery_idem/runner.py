@@ -256,9 +256,12 @@ class Run:
 
 def run(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], body: Body) -> Any:
     """Run one message of the idempotent ``task``; ``body`` is the task's own body."""
-    refused = refused_error(task.request)
+    request = task.request
+    refused = refused_error(request)
     if refused is not None:
         raise refused
+    if request.is_eager and task.key_spec().per_call and header(request, KEY_HEADER) is None:
+        return body(*args, **kwargs)  # apply() without a key: a plain call (task.apply)
     message = Run(task, args, kwargs, body)
     return message.atomic() if task.atomic else message.plain()
 

@@ -4,11 +4,19 @@ link callbacks, group members) must get their keys without the caller's help."""
 
 from __future__ import annotations
 
+import os
+
 from celery import shared_task
 
 from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask
 
-from .tasks import _effect
+from .models import Effect
+
+
+def _effect(task, **value) -> Effect:
+    """The body's effect, under its key (``"no-key"``: applied eagerly without one)."""
+    return Effect.objects.create(key=task.idempotency_key or "no-key", value=value,
+                                 attempt=task.attempt, pid=os.getpid())
 
 
 @shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
