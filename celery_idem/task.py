@@ -206,6 +206,8 @@ class IdempotentTask(DjangoTask):
         Raises (before anything is sent) ArgumentsNotJSON, InvalidKey, MissingKey or
         KeyMismatch.
         """
+        args, kwargs = self.sent_arguments(args, kwargs)
+
         def publish(final: dict[str, Any]) -> Any:
             return super(IdempotentTask, self).apply_async(
                 args, kwargs, link=link, link_error=link_error, shadow=shadow, **final)
@@ -224,7 +226,18 @@ class IdempotentTask(DjangoTask):
         if idempotency_key is not None:
             options["headers"] = {**(options.get("headers") or {}),
                                   KEY_HEADER: validate_key(idempotency_key)}
+        args, kwargs = self.sent_arguments(args, kwargs)
         return super().apply(args, kwargs, *more, **options)
+
+    def sent_arguments(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """The arguments as the message carries them: a ``pydantic=True`` task's models
+        dumped to JSON as Celery (5.7+) dumps them before sending, so the intent stores and
+        fingerprints what the worker receives (and validates back into models)."""
+        dump = getattr(self, "_dump_pydantic_arguments", None)
+        if dump is None:
+            return args, kwargs
+        dumped: tuple[Any, Any] = dump(args, kwargs)
+        return dumped
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
         """``delay`` whose message leaves when the transaction on the job database commits.
