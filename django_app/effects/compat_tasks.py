@@ -58,3 +58,16 @@ def add_untyped(self, x, y):
     """Celery's add_not_typed: its arguments are not checked at publish."""
     _effect(self, x=x, y=y)
     return x + y
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
+def fail_per_call(self, n):
+    _effect(self, n=n)
+    raise ValueError(f"failed {n}")
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
+def errback_per_call(self, task_id):
+    """A link_error callback in Celery's one-argument form: the failed task's id."""
+    _effect(self, failed=task_id)
+    return task_id
