@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from celery import shared_task
+from celery import group, shared_task
 
 from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask
 
@@ -71,3 +71,12 @@ def errback_per_call(self, task_id):
     """A link_error callback in Celery's one-argument form: the failed task's id."""
     _effect(self, failed=task_id)
     return task_id
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
+def start_chain(self):
+    """Celery's build_chain_inside_task: returns the AsyncResult of a canvas it started,
+    which Celery's result backend stores as its tuple."""
+    _effect(self)
+    return (add_per_call.s(1, 1) | add_per_call.s(2)
+            | group(add_per_call.s(3), add_per_call.s(4)) | sum_per_call.s())()

@@ -12,6 +12,7 @@ from django_app.effects.compat_tasks import (
     add_per_call,
     errback_per_call,
     fail_per_call,
+    start_chain,
     sum_per_call,
 )
 from django_app.effects.models import Effect
@@ -62,3 +63,13 @@ def test_a_per_call_link_error_callback_gets_its_key_from_the_failed_task(worker
                           what="the link_error callback")
     assert callback.result == failed.id
     assert callback.parent_id == Job.objects.get(key="link-error/1").id
+
+
+def test_a_body_that_returns_the_result_of_a_canvas_it_started_stores_its_tuple(worker):
+    """Celery's test_groupresult_serialization: the result is stored as the tuple
+    Celery's result backend stores, and a duplicate replays it."""
+    first = start_chain.apply_async(idempotency_key="started/1").get(timeout=TIMEOUT)
+    again = start_chain.apply_async(idempotency_key="started/1").get(timeout=TIMEOUT)
+    assert first == again and len(first) == 2 and isinstance(first[0][1], list)
+    assert Job.objects.get(key="started/1").result == first
+    assert Effect.objects.filter(key="started/1").count() == 1
