@@ -5,9 +5,10 @@ another client after each transaction, so whatever a session keeps beyond a tran
 reaches a client that did not make it: a prepared statement (``prepared statement
 "_pg3_0" already exists``), a ``SET``, an advisory lock, a temporary table, a LISTEN.
 After every path the library's bookkeeping takes in a process (publishes outside and
-inside a transaction, alone and in batches, claims, commits, failures, retries, steps, heartbeats, atomic runs
-and their replays, a recovery pass), each session it used, Django's and its own, carries
-what a fresh session of the same settings carries, and nothing more. With
+inside a transaction, alone and in batches, claims, commits, failures, retries, steps,
+heartbeats, atomic runs and their replays, a recovery pass), each session it used,
+Django's and its own, carries what a fresh session of the same settings carries, and
+nothing more. With
 ``CELERY_IDEM_PREPARED_STATEMENTS`` on, its statements are prepared, and still nothing
 else is left. The claims and commits on the bookkeeping connection do not wait for the
 WAL flush, per transaction, which a deferred trigger reads at each commit.
