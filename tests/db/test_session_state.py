@@ -8,10 +8,10 @@ After every path the library's bookkeeping takes in a process (publishes outside
 inside a transaction, alone and in batches, claims, commits, failures, retries, steps,
 heartbeats, atomic runs and their replays, a recovery pass), each session it used,
 Django's and its own, carries what a fresh session of the same settings carries, and
-nothing more. With
-``CELERY_IDEM_PREPARED_STATEMENTS`` on, its statements are prepared, and still nothing
-else is left. The claims and commits on the bookkeeping connection do not wait for the
-WAL flush, per transaction, which a deferred trigger reads at each commit.
+nothing more. With ``CELERY_IDEM_PREPARED_STATEMENTS`` on, its statements are prepared,
+and still nothing else is left. The claims and commits on the bookkeeping connection do
+not wait for the WAL flush, per transaction, which a deferred trigger reads at each
+commit.
 """
 
 from __future__ import annotations
