@@ -166,6 +166,32 @@ class GenericBackend(Backend):
                 self._history(change.job_id, change, change.to_state, attempt, now)
         return int(attempt)
 
+    def _apply_batch(self, changes: list[Change], now: datetime) -> set[int]:
+        # One UPDATE for changes that differ only in their job (a batch's ``sent`` marks
+        # after its commit), after one locking read of the rows that match the guard;
+        # anything else one change at a time.
+        first = changes[0]
+        same = (first.event, first.from_state, first.attempt, first.values)
+        if first.move.recorded or any((c.event, c.from_state, c.attempt, c.values) != same
+                                      for c in changes):
+            return super()._apply_batch(changes, now)
+        with transaction.atomic(using=self.alias):
+            self._take_write_lock()
+            moved = set(self._jobs().filter(
+                id__in=[c.job_id for c in changes], state=first.from_state,
+                attempt=first.attempt).select_for_update().values_list("id", flat=True))
+            if moved:
+                self._jobs().filter(id__in=moved).update(
+                    state=first.to_state, updated_at=now, **first.values)
+        return moved
+
+    def _take_write_lock(self) -> None:
+        """Where the database has no row locks (SQLite, which silently ignores FOR
+        UPDATE): an UPDATE that matches nothing takes the database's write lock now, so a
+        read-then-write transaction waits for a concurrent writer instead of failing."""
+        if not connections[self.alias].features.has_select_for_update:
+            self._jobs().filter(id=-1).update(updated_at=F("updated_at"))
+
     # -- step checkpoints ----------------------------------------------------------------
 
     def _save_step(self, change: Change, step: str, value: Any, now: datetime) -> StepWrite:
@@ -210,11 +236,9 @@ class GenericBackend(Backend):
             elif features.has_select_for_update:  # older MariaDB: wait for the other pass
                 jobs = jobs.select_for_update()
             else:
-                # SQLite has no row locks and silently ignores FOR UPDATE. An UPDATE that
-                # matches nothing takes the database's write lock now, so a concurrent
-                # pass waits for this batch to commit and then sees its writes, instead
-                # of both acting on the same rows.
-                self._jobs().filter(id=-1).update(updated_at=F("updated_at"))
+                # A concurrent pass waits for this batch to commit and then sees its
+                # writes, instead of both acting on the same rows.
+                self._take_write_lock()
             yield list(jobs[:limit])
 
     def attempts_since_reset(self, job_id: int, attempt: int) -> int:
