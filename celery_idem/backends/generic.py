@@ -169,11 +169,12 @@ class GenericBackend(Backend):
     def _apply_batch(self, changes: list[Change], now: datetime) -> set[int]:
         # One UPDATE for changes that differ only in their job (a batch's ``sent`` marks
         # after its commit), after one locking read of the rows that match the guard;
-        # anything else one change at a time.
+        # anything else (a move that records history, or only records it, or changes
+        # that differ) one change at a time.
         first = changes[0]
         same = (first.event, first.from_state, first.attempt, first.values)
-        if first.move.recorded or any((c.event, c.from_state, c.attempt, c.values) != same
-                                      for c in changes):
+        if first.move.recorded or not (first.move.target or first.values) or any(
+                (c.event, c.from_state, c.attempt, c.values) != same for c in changes):
             return super()._apply_batch(changes, now)
         with transaction.atomic(using=self.alias):
             self._take_write_lock()
