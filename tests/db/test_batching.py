@@ -163,3 +163,16 @@ def test_each_row_of_a_batch_keeps_its_own_message_and_eta(backend):
     assert now.not_before is None and now.expires_at is None
     assert later.message["body"][0] == [1200] and now.message["body"][0] == [1201]
     assert later.message["headers"]["id"] == later.task_id
+
+
+def test_a_mismatch_caught_inside_the_transaction_keeps_the_other_keys(backend):
+    """In atomic(): KeyMismatch at the batch's end leaves the transaction usable; caught,
+    the other keys commit and their messages leave (marked sent)."""
+    echo.apply_async(args=(1300,), idempotency_key="taken/1300")
+    with transaction.atomic():
+        with pytest.raises(KeyMismatch), batch():
+            echo.apply_async(args=(1301,))
+            echo.apply_async(args=(1399,), idempotency_key="taken/1300")
+        assert Job.objects.filter(key="echo/1301", sent_at__isnull=True).exists()
+    assert Job.objects.filter(key="echo/1301", sent_at__isnull=False).exists()
+    assert Job.objects.get(key="taken/1300").args == [1300]
