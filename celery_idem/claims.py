@@ -121,12 +121,14 @@ class Claim:
     worker: str
     task_id: str
     lease_seconds: float
+    #: The job's task, for the announcements (``signals.transition``).
+    task_name: str = ""
 
     def _move(self, event: str, reason: str = "", *, final: bool = False,
               **values: Any) -> bool:
         change = Change(self.job_id, event, State.RUNNING, attempt=self.attempt,
                         values=values, worker=self.worker, task_id=self.task_id,
-                        reason=reason)
+                        reason=reason, task_name=self.task_name)
         retried: list[bool] = []
         moved = retrying(self.backend,
                          lambda: self.backend.apply(change, timezone.now(), final=final),
@@ -256,7 +258,7 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
     if not outcome.won or outcome.row is None:
         return outcome, None
     return outcome, Claim(backend, outcome.row.id, outcome.row.attempt, worker, task_id,
-                          lease_seconds)
+                          lease_seconds, intent.task_name)
 
 
 def _claim(backend: Backend, intent: Intent, claimant: Claimant,

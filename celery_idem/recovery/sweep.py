@@ -172,7 +172,7 @@ class Pass:
                   f"message presumed lost, re-dispatch {job.dispatch_count + 1}")
         change = Change(job.id, "redispatched", State.PENDING, attempt=job.attempt,
                         dispatch_count=job.dispatch_count, task_id=task_id, reason=reason,
-                        values={"dispatch_count": job.dispatch_count + 1,
+                        task_name=job.task_name, values={"dispatch_count": job.dispatch_count + 1,
                                 "task_id": task_id, "sent_at": self.now})
         if self.backend.apply(change, self.now):
             batch.sends.append((job, task_id))
@@ -190,7 +190,7 @@ class Pass:
 
     def _end(self, job: Job, event: str, error: Exception, action: str = "") -> None:
         change = Change(job.id, event, State.PENDING, attempt=job.attempt,
-                        reason=str(error)[:500], values={
+                        reason=str(error)[:500], task_name=job.task_name, values={
                             "error": describe_error(error), "finished_at": self.now,
                             "lease_expires_at": None})
         if self.backend.apply(change, self.now):
