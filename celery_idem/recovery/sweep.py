@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
@@ -155,6 +156,13 @@ class Pass:
     backend: Backend
     now: datetime
     report: Report = field(default_factory=Report)
+    #: Task name -> the registered task or None, resolved once per pass, not per job.
+    tasks: dict[str, Any] = field(default_factory=dict)
+
+    def task(self, name: str) -> Any:
+        if name not in self.tasks:
+            self.tasks[name] = registered_task(name)
+        return self.tasks[name]
 
     def lost_message(self, job: Job, batch: Batch) -> None:
         """Send a PENDING job again; the count and the new task id go in the same write."""
@@ -198,7 +206,7 @@ class Pass:
 
     def stale_claim(self, job: Job, batch: Batch) -> None:
         """Hand back the claim of a worker that is presumed dead (``recovery.handback``)."""
-        task = registered_task(job.task_name)
+        task = self.task(job.task_name)
         if getattr(task, "on_stale_claim", None) is None:
             # Neither choice is safe without the task's declarations (may it re-run?
             # how often?): leave it to a process that knows the task, or an operator.
