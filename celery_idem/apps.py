@@ -18,6 +18,8 @@ class CeleryIdemConfig(AppConfig):
         from . import checks, checks_mysql  # noqa: F401 - importing registers the checks
         from .connection import on_shutdown, on_task_postrun
         from .leader import release_held
+        from .metrics import checks as metrics_checks  # noqa: F401
+        from .metrics import install as install_metrics
         from .pools import note_pool
         from .producer import on_before_task_publish
         from .recovery.worker import on_worker_shutdown
@@ -48,3 +50,5 @@ class CeleryIdemConfig(AppConfig):
         # live as long as the process; a dispatch_uid each, so each connects once.
         for signal, receiver, uid in receivers:
             signal.connect(receiver, weak=False, dispatch_uid=f"celery_idem.{uid}")
+        # Metrics (CELERY_IDEM_METRICS) connect their own receivers, only when enabled.
+        install_metrics()

@@ -49,7 +49,7 @@ from ..conf import settings
 from ..envelope import Undecodable
 from ..errors import Expired, Undeliverable
 from ..models import Job
-from ..states import State, stale_q
+from ..states import State, never_sent_q, stale_q
 from .handback import HandBack, plan, registered_task, resendable
 from .resend import redispatch, task_id_for
 
@@ -124,9 +124,7 @@ def lost_messages(now: datetime) -> Q:
         levels |= (Q(dispatch_count__gte=count) if last else Q(dispatch_count=count)) & waited
         if last:
             break
-    # Never sent: written in a transaction, not marked sent, never claimed (a claim can
-    # beat the mark; the message then certainly left).
-    unsent = Q(sent_at__isnull=True, attempt=0)
+    unsent = never_sent_q()
     sent = Q(state=State.PENDING) & levels & ~unsent
     never_sent = Q(state=State.PENDING) & unsent & Q(
         created_at__lt=now - timedelta(seconds=float(settings.NEVER_SENT_TIMEOUT)))
