@@ -27,7 +27,6 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from ..conf import settings
-from ..errors import ConfigurationError
 from .definitions import CLAIM_TO_COMMIT as LATENCY
 from .definitions import (
     COUNTERS,
@@ -88,8 +87,13 @@ class JobGauges(Collector):
 
 
 _served: CollectorRegistry | None = None
-#: Whether check_worker refused to export this worker's metrics.
+#: Whether check_worker refused to export this worker's metrics, and why.
 _refused = False
+REFUSED = (
+    f"celery-idem metrics: CELERY_IDEM_METRICS_PORT is set on a prefork worker without "
+    f"{MULTIPROC_ENV}: the counters of its pool's children would not be exported, so no "
+    f"exporter is started. Set {MULTIPROC_ENV} to an empty folder before the worker "
+    "starts (docs/metrics.md, Prefork workers)")
 
 
 def registry() -> CollectorRegistry:
@@ -120,18 +124,15 @@ def start_http_server(port: int, addr: str = "0.0.0.0") -> Any:
 def check_worker(sender: Any = None, **_: Any) -> None:
     """``worker_init`` (the worker's main process): a prefork worker exporting its
     metrics needs multiprocess mode, or the children's counters are never seen; then no
-    exporter starts (Celery logs this error and the worker runs on)."""
+    exporter starts, and an error says why. Logged, not raised: Celery's logging is not
+    set up yet and it would swallow the exception; the tasks still run."""
     global _refused
     from ..pools import is_prefork
 
     _refused = bool(settings.METRICS_PORT and is_prefork(sender)
                     and not os.environ.get(MULTIPROC_ENV))
     if _refused:
-        raise ConfigurationError(
-            "CELERY_IDEM_METRICS_PORT is set on a prefork worker without "
-            f"{MULTIPROC_ENV}: the counters of its pool's children would not be exported, "
-            f"so no exporter is started. Set {MULTIPROC_ENV} to an empty folder before the "
-            "worker starts (docs/metrics.md, Prefork workers)")
+        logger.error(REFUSED)
 
 
 def serve_worker(sender: Any = None, **_: Any) -> None:

@@ -14,7 +14,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 
 from celery_idem import metrics
-from celery_idem.errors import ConfigurationError
 from celery_idem.metrics import checks as metrics_checks
 from celery_idem.metrics import definitions, prometheus
 from celery_idem.metrics.gauges import Gauges, Reading
@@ -186,17 +185,28 @@ def test_an_unknown_backend_and_a_port_without_prometheus_are_reported(settings)
     assert metrics_checks.check_metrics() == []
 
 
-def test_a_prefork_worker_exporting_without_multiprocess_mode_is_refused(settings,
+def test_a_prefork_worker_exporting_without_multiprocess_mode_is_refused(settings, caplog,
                                                                         monkeypatch):
+    """Its exporter would show the main process's counters only: none starts, and an
+    error names the fix."""
     class PreforkWorker:
         pool_cls = "prefork"
 
     settings.CELERY_IDEM_METRICS_PORT = 9808
     monkeypatch.delenv(prometheus.MULTIPROC_ENV, raising=False)
-    with pytest.raises(ConfigurationError, match=prometheus.MULTIPROC_ENV):
-        prometheus.check_worker(PreforkWorker())
+    monkeypatch.setattr(prometheus, "start_http_server",
+                        lambda port, addr: pytest.fail("an exporter was started"))
+    prometheus.check_worker(PreforkWorker())
+    prometheus.serve_worker()
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert prometheus.MULTIPROC_ENV in caplog.records[0].getMessage()
+
+    started = []
+    monkeypatch.setattr(prometheus, "start_http_server", lambda *args: started.append(args))
     monkeypatch.setenv(prometheus.MULTIPROC_ENV, "/tmp")
     prometheus.check_worker(PreforkWorker())
+    prometheus.serve_worker()
+    assert started == [(9808, "0.0.0.0")]
 
 
 def test_the_dashboard_queries_only_metrics_the_library_defines():
@@ -210,3 +220,19 @@ def test_the_dashboard_queries_only_metrics_the_library_defines():
     # And it shows what an operator watches first.
     assert {"celery_idem_claims_total", "celery_idem_commits_total",
             "celery_idem_duplicates_total", "celery_idem_jobs"} <= queried
+
+
+def test_a_failed_reading_keeps_the_last_values_and_reports_the_gauges_down():
+    from django.db import DatabaseError
+
+    readings = [reading("default", None, 0)]
+
+    def flaky(*args):
+        if readings:
+            return readings.pop()
+        raise DatabaseError("the database is down")
+
+    gauges = Gauges(ttl=0, reader=flaky)
+    assert gauges.read().up
+    down = gauges.read()
+    assert not down.up and down.jobs == {(TASK, "SUCCEEDED"): 7, (TASK, "PENDING"): 1}
