@@ -28,6 +28,7 @@ from . import states
 from .backends import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow, get_backend
 from .errors import ClaimLost, NotMigrated, PersistenceError
 from .installation import not_migrated
+from .metrics.tracing import span
 from .states import State
 
 logger = logging.getLogger(__name__)
@@ -130,9 +131,10 @@ class Claim:
                         values=values, worker=self.worker, task_id=self.task_id,
                         reason=reason, task_name=self.task_name)
         retried: list[bool] = []
-        moved = retrying(self.backend,
-                         lambda: self.backend.apply(change, timezone.now(), final=final),
-                         COMMIT_BACKOFF, retried)
+        with span("celery_idem.commit", self.task_name, event=event):
+            moved = retrying(self.backend,
+                             lambda: self.backend.apply(change, timezone.now(), final=final),
+                             COMMIT_BACKOFF, retried)
         if not moved and retried:
             # A try that failed on a dropped connection may have landed: the fenced
             # retry then matches nothing. The row in the move's target under this
@@ -253,8 +255,9 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
     backend = get_backend(using, dedicated)
     now = timezone.now()
     claimant = Claimant(worker, task_id, now, now + timedelta(seconds=lease_seconds))
-    outcome = retrying(backend, lambda: _claim(backend, intent, claimant, insert_missing),
-                       CLAIM_BACKOFF)
+    with span("celery_idem.claim", intent.task_name):
+        outcome = retrying(backend, lambda: _claim(backend, intent, claimant, insert_missing),
+                           CLAIM_BACKOFF)
     if not outcome.won or outcome.row is None:
         return outcome, None
     return outcome, Claim(backend, outcome.row.id, outcome.row.attempt, worker, task_id,

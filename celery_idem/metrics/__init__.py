@@ -62,9 +62,11 @@ def install() -> Recorder | None:
                                   prometheus.child_exited)):
             signal.connect(receiver, weak=False, dispatch_uid=f"{_UID}.{receiver.__name__}")
     if "otel" in backends:
+        from . import tracing
         from .otel import OtelSink
 
         sinks.append(OtelSink())
+        tracing.enable()
     _recorder = Recorder(sinks, int(settings.METRICS_MAX_TASKS))
     transition.connect(_recorder.on_transition, weak=False, dispatch_uid=_UID)
     duplicate_waiting.connect(_recorder.on_waiting, weak=False, dispatch_uid=_UID)

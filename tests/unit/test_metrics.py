@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from celery import shared_task
 from django.core.checks import Error
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -15,12 +16,20 @@ from prometheus_client import CollectorRegistry
 
 from celery_idem import metrics
 from celery_idem.metrics import checks as metrics_checks
-from celery_idem.metrics import definitions, prometheus
+from celery_idem.metrics import definitions, prometheus, tracing
 from celery_idem.metrics.gauges import Gauges, Reading
 from celery_idem.metrics.otel import OtelSink
 from celery_idem.metrics.prometheus import JobGauges, PrometheusSink
 from celery_idem.metrics.recorder import OTHER, UNKNOWN, Recorder
 from celery_idem.states import MOVES
+from celery_idem.task import IdempotentTask
+from celery_idem.testing import InMemoryBackend, use_backend
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="traced/{n}", name="tests.traced")
+def traced(self, n):
+    return n
+
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 TASK = "shop.ship"
@@ -236,3 +245,34 @@ def test_a_failed_reading_keeps_the_last_values_and_reports_the_gauges_down():
     assert gauges.read().up
     down = gauges.read()
     assert not down.up and down.jobs == {(TASK, "SUCCEEDED"): 7, (TASK, "PENDING"): 1}
+
+
+@pytest.fixture
+def spans():
+    """Spans finished while the test runs, in OpenTelemetry's in-memory exporter."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.enable(provider.get_tracer("test"))
+    yield exporter
+    tracing.disable()
+
+
+def test_a_claim_and_its_commit_are_spans_when_tracing_is_on(spans):
+    with use_backend(InMemoryBackend()):
+        assert traced.apply(args=(1,)).get() == 1
+        assert traced.apply(args=(1,)).get() == 1  # a replay: a claim that did not win
+    assert [(s.name, dict(s.attributes)) for s in spans.get_finished_spans()] == [
+        ("celery_idem.claim", {"celery_idem.task": "tests.traced"}),
+        ("celery_idem.commit", {"celery_idem.task": "tests.traced",
+                                "celery_idem.event": "succeeded"}),
+        ("celery_idem.claim", {"celery_idem.task": "tests.traced"}),
+    ]
+
+
+def test_off_a_claim_makes_no_span():
+    assert tracing.span("celery_idem.claim", TASK) is tracing.span("celery_idem.commit", TASK)
