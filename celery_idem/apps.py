@@ -25,7 +25,11 @@ class CeleryIdemConfig(AppConfig):
         from .recovery.worker import on_worker_shutdown
         from .worker_connections import on_worker_init
 
-        # Every Celery signal celery-idem listens to, in one place: (signal, receiver,
+        # Metrics connect their receivers (and a worker's exporter) only when
+        # CELERY_IDEM_METRICS enables them: celery_idem.metrics.install.
+        install_metrics()
+
+        # Every other Celery signal celery-idem listens to, in one place: (signal, receiver,
         # what for). A prefork child sends worker_process_shutdown; the worker process
         # itself (and solo, threads and gevent pools, which run tasks in it)
         # worker_shutdown.
@@ -50,5 +54,3 @@ class CeleryIdemConfig(AppConfig):
         # live as long as the process; a dispatch_uid each, so each connects once.
         for signal, receiver, uid in receivers:
             signal.connect(receiver, weak=False, dispatch_uid=f"celery_idem.{uid}")
-        # Metrics (CELERY_IDEM_METRICS) connect their own receivers, only when enabled.
-        install_metrics()
