@@ -137,9 +137,14 @@ def check_worker(sender: Any = None, **_: Any) -> None:
 
 def serve_worker(sender: Any = None, **_: Any) -> None:
     """``worker_ready`` (the worker's main process, after the pool has started)."""
-    port = settings.METRICS_PORT
-    if port and not _refused:
-        start_http_server(int(port), str(settings.METRICS_ADDRESS))
+    port, addr = settings.METRICS_PORT, str(settings.METRICS_ADDRESS)
+    if not port or _refused:
+        return
+    try:
+        start_http_server(int(port), addr)
+    except OSError as exc:  # the port is taken (another worker on this host?)
+        logger.error("celery-idem metrics: no exporter on %s:%s: %s (give each worker "
+                     "on a host its own CELERY_IDEM_METRICS_PORT)", addr, port, exc)
 
 
 def child_exited(sender: Any = None, pid: int | None = None, **_: Any) -> None:

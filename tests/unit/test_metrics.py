@@ -276,3 +276,16 @@ def test_a_claim_and_its_commit_are_spans_when_tracing_is_on(spans):
 
 def test_off_a_claim_makes_no_span():
     assert tracing.span("celery_idem.claim", TASK) is tracing.span("celery_idem.commit", TASK)
+
+
+def test_an_exporter_port_already_taken_is_an_error_not_a_crash(settings, caplog):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        settings.CELERY_IDEM_METRICS_PORT = taken.getsockname()[1]
+        settings.CELERY_IDEM_METRICS_ADDRESS = "127.0.0.1"
+        prometheus.serve_worker()
+    [record] = caplog.records
+    assert record.levelname == "ERROR" and "CELERY_IDEM_METRICS_PORT" in record.getMessage()
