@@ -85,7 +85,8 @@ def _move(job: Job, event: str, *, actor: str, reason: str, attempt: int | None,
     """Write move ``event`` from the state and attempt the operator saw."""
     return _write(job, Change(
         job.pk, event, State(job.state), attempt=job.attempt if attempt is None else attempt,
-        values=values, reason=reason, actor=actor, task_id=values.get("task_id", "")))
+        values=values, reason=reason, actor=actor, task_id=values.get("task_id", ""),
+        task_name=job.task_name))
 
 
 def _dispatch_values(job: Job) -> dict[str, Any]:

@@ -19,11 +19,17 @@ class CeleryIdemConfig(AppConfig):
         from .by_name import install, on_before_task_publish
         from .connection import on_shutdown, on_task_postrun
         from .leader import release_held
+        from .metrics import checks as metrics_checks  # noqa: F401
+        from .metrics import install as install_metrics
         from .pools import note_pool
         from .recovery.worker import on_worker_shutdown
         from .worker_connections import on_worker_init
 
-        # Every Celery signal celery-idem listens to, in one place: (signal, receiver,
+        # Metrics connect their receivers (and a worker's exporter) only when
+        # CELERY_IDEM_METRICS enables them: celery_idem.metrics.install.
+        install_metrics()
+
+        # Every other Celery signal celery-idem listens to, in one place: (signal, receiver,
         # what for). A prefork child sends worker_process_shutdown; the worker process
         # itself (and solo, threads and gevent pools, which run tasks in it)
         # worker_shutdown.

@@ -28,6 +28,7 @@ from . import states
 from .backends import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow, get_backend
 from .errors import ClaimLost, NotMigrated, PersistenceError
 from .installation import not_migrated
+from .metrics.tracing import span
 from .states import State
 
 logger = logging.getLogger(__name__)
@@ -121,16 +122,19 @@ class Claim:
     worker: str
     task_id: str
     lease_seconds: float
+    #: The job's task, for the announcements (``signals.transition``).
+    task_name: str = ""
 
     def _move(self, event: str, reason: str = "", *, final: bool = False,
               **values: Any) -> bool:
         change = Change(self.job_id, event, State.RUNNING, attempt=self.attempt,
                         values=values, worker=self.worker, task_id=self.task_id,
-                        reason=reason)
+                        reason=reason, task_name=self.task_name)
         retried: list[bool] = []
-        moved = retrying(self.backend,
-                         lambda: self.backend.apply(change, timezone.now(), final=final),
-                         COMMIT_BACKOFF, retried)
+        with span("celery_idem.commit", self.task_name, event=event):
+            moved = retrying(self.backend,
+                             lambda: self.backend.apply(change, timezone.now(), final=final),
+                             COMMIT_BACKOFF, retried)
         if not moved and retried:
             # A try that failed on a dropped connection may have landed: the fenced
             # retry then matches nothing. The row in the move's target under this
@@ -253,12 +257,13 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
     backend = get_backend(using, dedicated)
     now = timezone.now()
     claimant = Claimant(worker, task_id, now, now + timedelta(seconds=lease_seconds))
-    outcome = retrying(backend, lambda: _claim(backend, intent, claimant, insert_missing),
-                       CLAIM_BACKOFF)
+    with span("celery_idem.claim", intent.task_name):
+        outcome = retrying(backend, lambda: _claim(backend, intent, claimant, insert_missing),
+                           CLAIM_BACKOFF)
     if not outcome.won or outcome.row is None:
         return outcome, None
     return outcome, Claim(backend, outcome.row.id, outcome.row.attempt, worker, task_id,
-                          lease_seconds)
+                          lease_seconds, intent.task_name)
 
 
 def _claim(backend: Backend, intent: Intent, claimant: Claimant,

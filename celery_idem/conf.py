@@ -61,6 +61,17 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_CONNECTIONS": "celery",
     # Days a finished job and its history are kept before idem_purge deletes them.
     "RETENTION_DAYS": 30,
+    # Metrics (docs/metrics.md): "prometheus", "otel", both as a list, or None (off).
+    "METRICS": None,
+    # Port of the Prometheus exporter a worker's main process starts when it is ready
+    # (None: none; serve celery_idem.metrics.prometheus.registry() yourself), and its address.
+    "METRICS_PORT": None,
+    "METRICS_ADDRESS": "0.0.0.0",
+    # Seconds the gauges' database readings (jobs per state, oldest stale claim, oldest
+    # never-sent intent) are kept between two scrapes.
+    "METRICS_CACHE_SECONDS": 30,
+    # Distinct task names a process labels metrics with; later ones are labelled "other".
+    "METRICS_MAX_TASKS": 200,
 }
 
 

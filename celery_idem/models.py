@@ -112,6 +112,10 @@ class Job(models.Model):
             models.Index(fields=["state", "-created_at"], name="celery_idem_job_attention_idx",
                          condition=models.Q(state__in=[State.FAILED.value, State.UNCERTAIN.value,
                                                        State.EXPIRED.value])),
+            # celery_idem.census: the jobs in every state but SUCCEEDED, per task and
+            # state, counted from the index alone (SUCCEEDED, the bulk, is estimated).
+            models.Index(fields=["state", "task_name"], name="celery_idem_job_census_idx",
+                         condition=~models.Q(state=State.SUCCEEDED.value)),
             # The admin: newest first, per task (and the task filter's names), search by
             # task id (by key prefix: the unique index, which leads with the key).
             models.Index(fields=["-created_at"], name="celery_idem_job_created_idx"),

@@ -13,13 +13,18 @@ _pool_enforces_time_limits = False
 def note_pool(sender: Any = None, **_: Any) -> None:
     """``worker_init`` receiver: record whether the worker's pool enforces time limits."""
     global _pool_enforces_time_limits
+    _pool_enforces_time_limits = is_prefork(sender)
+
+
+def is_prefork(worker: Any) -> bool:
+    """Whether ``worker`` (the ``worker_init`` sender) runs its tasks in forked children."""
     from celery.concurrency import get_implementation
     from celery.concurrency.prefork import TaskPool
 
-    pool = getattr(sender, "pool_cls", None)
+    pool = getattr(worker, "pool_cls", None)
     if isinstance(pool, str):
         pool = get_implementation(pool)
-    _pool_enforces_time_limits = isinstance(pool, type) and issubclass(pool, TaskPool)
+    return isinstance(pool, type) and issubclass(pool, TaskPool)
 
 
 def time_limits_enforced() -> bool:

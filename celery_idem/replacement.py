@@ -97,7 +97,7 @@ def settle(task: Any, row: JobRow, worker: str) -> None:
     error = result.result if isinstance(result.result, BaseException) else \
         RuntimeError(str(result.result))
     claim = claims.Claim(get_backend(settings.DATABASE), row.id, row.attempt, worker,
-                         task.request.id or "", 0)
+                         task.request.id or "", 0, task.name)
     claim.fail(error, reason=f"the replacement failed: {type(error).__name__}: {error}"[:500])
     raise StoredFailure.from_record(claims.describe_error(error))
 

@@ -41,6 +41,7 @@ from .producer import (
     refused_error,
 )
 from .replacement import Replaced, handed_over, settle
+from .signals import duplicate_waiting
 from .states import State
 
 logger = logging.getLogger(__name__)
@@ -213,6 +214,8 @@ class Run:
                              f"(attempt {row.attempt})")
         if policy == "ignore":
             raise Ignore()
+        duplicate_waiting.send(sender=None, task_name=self.task.name, job_id=row.id,
+                               attempt=row.attempt)
         return self.wait(InProgress(f"attempt {row.attempt} holds the claim"))
 
     def missing_intent(self) -> Any:

@@ -228,6 +228,12 @@ def stale_q(now: datetime) -> Q:
     return Q(state=R, lease_expires_at__lt=now)
 
 
+def never_sent_q() -> Q:
+    """An intent written in a transaction whose message never left: not marked sent and
+    never claimed (a claim can beat the mark; the message then certainly left)."""
+    return Q(sent_at__isnull=True, attempt=0)
+
+
 def live_q(now: datetime) -> Q:
     """RUNNING within its lease."""
     return Q(state=R, lease_expires_at__gte=now)

@@ -51,7 +51,8 @@ def run_step(claim: Claim, name: str, fn: Callable[..., Any], args: tuple[Any, .
         return value
     value = storable(name, fn(*args, **kwargs))
     change = Change(claim.job_id, STEP_COMPLETED, State.RUNNING, attempt=claim.attempt,
-                    worker=claim.worker, task_id=claim.task_id, reason=f"step {name!r}")
+                    worker=claim.worker, task_id=claim.task_id, reason=f"step {name!r}",
+                    task_name=claim.task_name)
     with persistence():
         written = claim.backend.save_step(change, name, value, timezone.now())
         if written is StepWrite.EXISTS:

@@ -62,7 +62,7 @@ class Backend(ABC):
         outcome = self._insert(states.move("published"), intent, now, task_id=task_id)
         if outcome.won and outcome.row is not None:
             announce(self.alias, outcome.row.id, "published", None, State.PENDING, 0,
-                     task_id=task_id)
+                     task_id=task_id, task_name=intent.task_name)
         return outcome
 
     def publish_many(self, intents: list[tuple[Intent, str]],
@@ -107,10 +107,11 @@ class Backend(ABC):
         row = outcome.row
         if outcome.won and row is not None:
             announce(self.alias, row.id, event, source, State.RUNNING, row.attempt,
-                     claimant.worker, claimant.task_id, reason)
+                     claimant.worker, claimant.task_id, reason, task_name=intent.task_name)
         elif row is not None and _replays(row, intent):
             announce(self.alias, row.id, DUPLICATE, row.state, row.state, row.attempt,
-                     claimant.worker, claimant.task_id, DUPLICATE_REASON)
+                     claimant.worker, claimant.task_id, DUPLICATE_REASON,
+                     task_name=intent.task_name)
         return outcome
 
     def claim_new(self, intent: Intent, claimant: Claimant, reason: str) -> ClaimOutcome:
@@ -120,7 +121,7 @@ class Backend(ABC):
                                task_id=claimant.task_id, claimant=claimant, reason=reason)
         if outcome.won and outcome.row is not None:
             announce(self.alias, outcome.row.id, "claimed", None, State.RUNNING, 1,
-                     claimant.worker, claimant.task_id, reason)
+                     claimant.worker, claimant.task_id, reason, task_name=intent.task_name)
         return outcome
 
     def apply(self, change: Change, now: datetime, *, final: bool = False) -> bool:
@@ -164,7 +165,8 @@ class Backend(ABC):
         # Every move is announced whether or not it records history (``Move.announced``):
         # the happy path's signals do not depend on its history rows.
         announce(self.alias, change.job_id, change.event, change.from_state, change.to_state,
-                 attempt, change.worker, change.task_id, change.reason, change.actor)
+                 attempt, change.worker, change.task_id, change.reason, change.actor,
+                 change.task_name)
 
     # -- what a subclass renders ---------------------------------------------------------
 

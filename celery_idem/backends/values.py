@@ -90,7 +90,8 @@ class Change:
 
     The guard values the move needs come with it: ``attempt`` for a fenced move (the
     attempt the writer holds), ``fingerprint`` and ``dispatch_count`` where the move is
-    guarded by them. ``worker``, ``task_id``, ``reason`` and ``actor`` go in the history.
+    guarded by them. ``worker``, ``task_id``, ``reason`` and ``actor`` go in the history;
+    ``task_name`` (the job's task, where the writer knows it) only in the announcement.
     ``attempt`` is also the history's attempt for a move that does not change the row.
     """
 
@@ -105,6 +106,7 @@ class Change:
     actor: str = ""
     fingerprint: str = ""
     dispatch_count: int | None = None
+    task_name: str = ""
 
     @property
     def move(self) -> Move:

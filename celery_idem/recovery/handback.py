@@ -74,7 +74,8 @@ def plan(backend: Backend, job: Any, task: Any, why: str, *, resend: bool,
 
     def change(event: str, reason: str, **values: Any) -> Change:
         return Change(job.id, event, State.RUNNING, attempt=seen, values=values,
-                      worker=job.worker, task_id=job.task_id, reason=reason, actor=actor)
+                      worker=job.worker, task_id=job.task_id, reason=reason, actor=actor,
+                      task_name=job.task_name)
 
     if task is not None and task.on_stale_claim == "uncertain":
         return HandBack(change("uncertain", f"{why}; the task must not re-run blindly",

@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
@@ -48,7 +49,7 @@ from ..conf import settings
 from ..envelope import Undecodable
 from ..errors import Expired, Undeliverable
 from ..models import Job
-from ..states import State, stale_q
+from ..states import State, never_sent_q, stale_q
 from .handback import HandBack, plan, registered_task, resendable
 from .resend import redispatch, task_id_for
 
@@ -123,9 +124,7 @@ def lost_messages(now: datetime) -> Q:
         levels |= (Q(dispatch_count__gte=count) if last else Q(dispatch_count=count)) & waited
         if last:
             break
-    # Never sent: written in a transaction, not marked sent, never claimed (a claim can
-    # beat the mark; the message then certainly left).
-    unsent = Q(sent_at__isnull=True, attempt=0)
+    unsent = never_sent_q()
     sent = Q(state=State.PENDING) & levels & ~unsent
     never_sent = Q(state=State.PENDING) & unsent & Q(
         created_at__lt=now - timedelta(seconds=float(settings.NEVER_SENT_TIMEOUT)))
@@ -155,6 +154,13 @@ class Pass:
     backend: Backend
     now: datetime
     report: Report = field(default_factory=Report)
+    #: Task name -> the registered task or None, resolved once per pass, not per job.
+    tasks: dict[str, Any] = field(default_factory=dict)
+
+    def task(self, name: str) -> Any:
+        if name not in self.tasks:
+            self.tasks[name] = registered_task(name)
+        return self.tasks[name]
 
     def lost_message(self, job: Job, batch: Batch) -> None:
         """Send a PENDING job again; the count and the new task id go in the same write."""
@@ -172,7 +178,7 @@ class Pass:
                   f"message presumed lost, re-dispatch {job.dispatch_count + 1}")
         change = Change(job.id, "redispatched", State.PENDING, attempt=job.attempt,
                         dispatch_count=job.dispatch_count, task_id=task_id, reason=reason,
-                        values={"dispatch_count": job.dispatch_count + 1,
+                        task_name=job.task_name, values={"dispatch_count": job.dispatch_count + 1,
                                 "task_id": task_id, "sent_at": self.now})
         if self.backend.apply(change, self.now):
             batch.sends.append((job, task_id))
@@ -190,7 +196,7 @@ class Pass:
 
     def _end(self, job: Job, event: str, error: Exception, action: str = "") -> None:
         change = Change(job.id, event, State.PENDING, attempt=job.attempt,
-                        reason=str(error)[:500], values={
+                        reason=str(error)[:500], task_name=job.task_name, values={
                             "error": describe_error(error), "finished_at": self.now,
                             "lease_expires_at": None})
         if self.backend.apply(change, self.now):
@@ -198,7 +204,7 @@ class Pass:
 
     def stale_claim(self, job: Job, batch: Batch) -> None:
         """Hand back the claim of a worker that is presumed dead (``recovery.handback``)."""
-        task = registered_task(job.task_name)
+        task = self.task(job.task_name)
         if getattr(task, "on_stale_claim", None) is None:
             # Neither choice is safe without the task's declarations (may it re-run?
             # how often?): leave it to a process that knows the task, or an operator.

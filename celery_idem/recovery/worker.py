@@ -148,7 +148,8 @@ def hand_back_lost_attempt(task: Any, request: Request, why: str) -> bool:
             backend.apply(Change(
                 job.id, "attempt_lost", State.PENDING, attempt=job.attempt, worker=worker,
                 task_id=request.id, reason=f"{why}; no claim was committed (an atomic body "
-                                           "rolls back with its worker)"), now)
+                                           "rolls back with its worker)",
+                task_name=job.task_name), now)
     return False
 
 
@@ -165,7 +166,7 @@ def expire_job(task: Any, request: Request) -> bool:
                         "worker claimed it")
         return get_backend(alias).apply(Change(
             job.id, "expired", State.PENDING, attempt=job.attempt, task_id=request.id,
-            reason=str(error), values={"error": describe_error(error),
+            reason=str(error), task_name=job.task_name, values={"error": describe_error(error),
                                        "finished_at": timezone.now(),
                                        "lease_expires_at": None}), timezone.now())
 

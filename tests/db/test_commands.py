@@ -82,6 +82,24 @@ class TestStatus:
         assert status["stale_claims"] == {ship_order.name: 1}
         assert status["oldest_running"]["key"] == "ship/3"
 
+    def test_estimates_are_marked_and_exact_counts_them(self):
+        """On PostgreSQL once analysed, SUCCEEDED is an estimate marked ~ (and listed in
+        --json); --exact counts it. Elsewhere every count is exact."""
+        from django.db import connection
+        job_in("SUCCEEDED", 1)
+        job_in("FAILED", 2)
+        estimated = connection.vendor == "postgresql"
+        if estimated:
+            with connection.cursor() as cursor:
+                cursor.execute(f"ANALYZE {Job._meta.db_table}")
+        row = next(line for line in cmd("idem_status").splitlines()
+                   if line.startswith(ship_order.name))
+        assert row.split()[1:] == ["0", "0", "~1" if estimated else "1", "1", "0", "0"]
+        assert json.loads(cmd("idem_status", "--json"))["estimated"] == (
+            [[ship_order.name, "SUCCEEDED"]] if estimated else [])
+        exact = cmd("idem_status", "--exact")
+        assert "~" not in exact and "estimated" not in exact
+
     def test_an_unknown_task_is_a_clear_error(self):
         """A misspelt --task names the close match instead of printing zeros."""
         job_in("PENDING", 1)

@@ -401,3 +401,36 @@ def test_a_pass_over_many_jobs_of_unknown_tasks_imports_the_task_modules_once(
     assert reap_at("2030-01-01 13:00:00").as_dict() == {"skipped": {"gone.task": 5}}
     assert reap_at("2030-01-01 14:00:00").as_dict() == {"skipped": {"gone.task": 5}}
     assert len(imports) == 1
+
+
+def test_a_pass_resolves_each_task_name_once_and_unknown_tasks_add_no_queries(
+        monkeypatch, sent):
+    """Task names are resolved once per pass, not per job (two names, eight stale jobs
+    in three batches: two look-ups), and a stale claim of a task no process knows costs
+    the pass no query of its own: the same queries for two such jobs as for six."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    looked_up: list[str] = []
+    real = reaper.registered_task
+    monkeypatch.setattr(reaper, "registered_task",
+                        lambda name: looked_up.append(name) or real(name))
+    with freeze_time(T0):
+        for n in range(8):
+            claim(publish(n=n), task_id=f"t-{n}")
+    Job.objects.filter(key__in=[f"ship/{n}" for n in range(4)]).update(task_name="gone.task")
+    report = reap_at("2030-01-01 13:00:00", batch_size=3)
+    assert report.as_dict() == {"released": {ship_order.name: 4}, "skipped": {"gone.task": 4}}
+    assert sorted(looked_up) == sorted(["gone.task", ship_order.name])
+
+    def queries_of_a_pass_over(unknown: int) -> int:
+        Job.objects.all().delete()
+        with freeze_time(T0):
+            for n in range(unknown):
+                claim(publish(n=n), task_id=f"t-{n}")
+        Job.objects.update(task_name="gone.task")
+        with CaptureQueriesContext(connection) as queries:
+            assert reap_at("2030-01-01 13:00:00").as_dict() == {"skipped": {"gone.task": unknown}}
+        return len(queries)
+
+    assert queries_of_a_pass_over(2) == queries_of_a_pass_over(6)

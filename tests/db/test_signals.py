@@ -17,7 +17,7 @@ from django_app.effects.tasks import ship_order
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FIELDS = {"job_id", "event", "from_state", "to_state", "attempt", "worker", "task_id",
-          "reason", "actor"}
+          "reason", "actor", "task_name", "clock"}
 
 
 @pytest.fixture
@@ -47,6 +47,10 @@ def test_every_transition_sends_the_signal_with_its_fields(received, backend):
         ("published", None, "PENDING", 0), ("claimed", "PENDING", "RUNNING", 1),
         ("succeeded", "RUNNING", "SUCCEEDED", 1)]
     assert len({s["job_id"] for s in received}) == 1
+    assert {s["task_name"] for s in received} == {ship_order.name}
+    # When each write was made, in order (the metrics' claim-to-commit latency).
+    clocks = [s["clock"] for s in received]
+    assert clocks == sorted(clocks)
 
 
 def test_recovery_transitions_carry_their_reason(received, backend, monkeypatch):
@@ -61,6 +65,7 @@ def test_recovery_transitions_carry_their_reason(received, backend, monkeypatch)
     assert (released["event"], released["to_state"]) == ("released", "PENDING")
     assert released["reason"].startswith("stale claim") and released["worker"] == "h/1"
     assert released["attempt"] == 1, "a transition without an attempt guard reports the row's"
+    assert released["task_name"] == ship_order.name, "recovery names the job's task"
 
 
 def test_a_rolled_back_transition_sends_nothing(received, backend):

@@ -104,6 +104,8 @@ def test_the_extras_name_what_their_transport_needs(wheel: Path) -> None:
     assert any(r.startswith("psycopg[binary]") and 'extra == "postgres"' in r
                for r in requires)
     assert any(r.startswith("mysqlclient") and 'extra == "mysql"' in r for r in requires)
+    assert any(r.startswith("prometheus_client") and 'extra == "metrics"' in r
+               for r in requires)
 
 
 @pytest.fixture(scope="module")

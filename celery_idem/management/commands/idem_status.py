@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from celery_idem.census import JobCount, job_counts
 from celery_idem.conf import settings
 from celery_idem.models import Job
 from celery_idem.recovery.sweep import lost_messages
@@ -34,6 +35,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--task", help="only jobs of this task name")
         parser.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+        parser.add_argument("--exact", action="store_true",
+                            help="count SUCCEEDED jobs exactly (reads the whole table); "
+                                 "by default PostgreSQL estimates them from its statistics")
         parser.add_argument("--database", default=None,
                             help="database alias (default CELERY_IDEM_DATABASE)")
 
@@ -41,17 +45,19 @@ class Command(BaseCommand):
         using = options["database"] or settings.DATABASE
         now = timezone.now()
         jobs = Job.objects.using(using).filter(task_filter(options["task"], using))
-        status = self.status(jobs, now)
+        counts = [c for c in job_counts(exact=options["exact"], using=using)
+                  if options["task"] is None or c.task_name == options["task"]]
+        status = self.status(jobs, counts, now)
         if options["json"]:
             self.stdout.write(json.dumps(status, indent=2, default=str))
         else:
             self.print_status(status, now)
 
-    def status(self, jobs: Any, now: datetime) -> dict[str, Any]:
+    def status(self, jobs: Any, census: list[JobCount], now: datetime) -> dict[str, Any]:
         """Everything the command shows, as JSON-ready data."""
         counts: dict[str, dict[str, int]] = defaultdict(dict)
-        for row in jobs.values("task_name", "state").annotate(n=Count("id")).order_by():
-            counts[row["task_name"]][row["state"]] = row["n"]
+        for count in census:
+            counts[count.task_name][count.state] = count.count
         oldest = (jobs.filter(state=State.RUNNING).order_by("started_at", "id")
                   .values("id", "namespace", "key", "task_name", "attempt", "worker",
                           "started_at", "lease_expires_at").first())
@@ -62,6 +68,8 @@ class Command(BaseCommand):
 
         return {
             "counts": dict(sorted(counts.items())),
+            # (task, state) pairs whose count is the planner's estimate, not a count.
+            "estimated": sorted([c.task_name, c.state] for c in census if not c.exact),
             "oldest_running": oldest,
             "stale_claims": per_task(stale_q(now)),
             "lost_messages": per_task(lost_messages(now)),
@@ -75,10 +83,19 @@ class Command(BaseCommand):
         states = [s.value for s in State]
         width = max([len("task"), *(len(t) for t in status["counts"])])
         out(f"{'task':<{width}}  " + "  ".join(f"{s:>9}" for s in states))
+        estimated = {tuple(pair) for pair in status["estimated"]}
+
+        def cell(task: str, state: str, n: int) -> str:
+            return f"~{n}" if (task, state) in estimated else str(n)
+
         for task, by_state in status["counts"].items():
-            out(f"{task:<{width}}  " + "  ".join(f"{by_state.get(s, 0):>9}" for s in states))
+            out(f"{task:<{width}}  " + "  ".join(
+                f"{cell(task, s, by_state.get(s, 0)):>9}" for s in states))
         if not status["counts"]:
             out("(no jobs)")
+        if estimated:
+            out("~ estimated from PostgreSQL's statistics (as of the last ANALYZE); "
+                "--exact counts them")
         oldest = status["oldest_running"]
         if oldest:
             out(f"\nOldest running claim: job {oldest['id']} {oldest['namespace']}:"
