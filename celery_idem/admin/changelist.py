@@ -111,9 +111,10 @@ class JobChangeList(ChangeList):
     """The job changelist, with the per-state summary for the current filter."""
 
     def get_queryset(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        # The list never shows the JSON columns, which may hold large tracebacks.
+        # The list never shows the JSON columns, which may hold large tracebacks, nor the
+        # stored message (~1 KB a job).
         return super().get_queryset(request, *args, **kwargs).defer(
-            "args", "kwargs", "result", "error", "options")
+            "args", "kwargs", "result", "error", "options", "message")
 
     def state_summary(self) -> list[dict[str, Any]]:
         """Each state with its count under the current filter and a link that selects it."""

@@ -112,6 +112,9 @@ class JobAdmin(OperatorActions):
 
     def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int,
                       orphans: int = 0, allow_empty_first_page: bool = True) -> Any:
+        if queryset.model is not Job:  # the history page pages the admin's log entries
+            return super().get_paginator(request, queryset, per_page, orphans,
+                                         allow_empty_first_page)
         return StateCountPaginator(queryset, per_page, orphans, allow_empty_first_page)
 
     def get_search_results(self, request: HttpRequest, queryset: Any,

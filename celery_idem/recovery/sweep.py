@@ -158,6 +158,8 @@ class Pass:
     report: Report = field(default_factory=Report)
     #: Task name -> the registered task or None, resolved once per pass, not per job.
     tasks: dict[str, Any] = field(default_factory=dict)
+    #: (task name, why) -> the ids of the jobs this pass left alone.
+    skipped: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
     def task(self, name: str) -> Any:
         if name not in self.tasks:
@@ -240,9 +242,16 @@ class Pass:
             self.report.add("send_failed", job.task_name)
 
     def _skip(self, job: Job, why: str) -> None:
-        logger.warning("recovery left job %s (%s) alone: %s", job.id, job.task_name, why,
-                       extra={"action": "reap_skipped", "job_id": job.id})
+        # One log line per task and reason a pass, not per job: a deploy that dropped a
+        # task leaves thousands of its claims to skip on every pass.
+        self.skipped.setdefault((job.task_name, why), []).append(job.id)
         self.report.add("skipped", job.task_name)
+
+    def log_skipped(self) -> None:
+        for (task_name, why), ids in self.skipped.items():
+            logger.warning("recovery left %d job(s) of %s alone (first ids %s): %s",
+                           len(ids), task_name, ids[:5], why,
+                           extra={"action": "reap_skipped", "job_ids": ids[:100]})
 
 
 # -- the pass --------------------------------------------------------------------------
@@ -260,6 +269,7 @@ def reap(*, now: datetime | None = None, using: str | None = None,
         _sweep(run, expired(run.now), limit, run.expired)
         _sweep(run, lost_messages(run.now), limit, run.lost_message)
         _sweep(run, stale_q(run.now), limit, run.stale_claim)
+    run.log_skipped()
     report = run.report
     level = logging.WARNING if any(report.total(a) for a in (
         "dead_lettered", "uncertain", "send_failed", "undeliverable")) else logging.INFO

@@ -180,3 +180,14 @@ def test_session_cost(bench_env, tmp_path):
                                                        for s in kinds.values())
                for kinds in data["summary"].values())
     assert data["summary"]["default"]["plain"]["ratio_to_default"] == 1
+
+
+def test_scale(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "scale.py", "--rows", "4000", "--unknown", "20",
+               "--repeat", "1")
+    assert data["table"]["jobs"] == 4020
+    assert data["recovery"]["unknown_task_claims_pass"]["did"] == {"skipped": 20}
+    assert data["recovery"]["nothing_to_do_pass"]["did"] == {}
+    assert {"default", "exact"} <= set(data["idem_status"])
+    assert {"list", "dead-lettered=no", "state=SUCCEEDED", "detail"} <= set(data["admin"])
+    assert data["idem_purge"]["deleted_jobs"] > 0 and data["idem_purge"]["inserts"] > 0
