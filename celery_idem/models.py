@@ -156,7 +156,15 @@ class Transition(models.Model):
         verbose_name = _("transition")
         verbose_name_plural = _("transitions")
         ordering = ["at", "id"]
-        indexes = [models.Index(fields=["job", "at"], name="celery_idem_transition_job_idx")]
+        indexes = [
+            models.Index(fields=["job", "at"], name="celery_idem_transition_job_idx"),
+            # The dead-lettered jobs (JobQuerySet.dead_lettered, the admin's filter): the
+            # few history rows of that event, not a scan of the whole history. Not on
+            # MySQL/MariaDB (no partial indexes; celery_idem/schema.py): there the lookup
+            # per job uses the index above.
+            models.Index(fields=["job"], name="celery_idem_dead_letter_idx",
+                         condition=models.Q(event="dead_lettered")),
+        ]
 
     def __str__(self) -> str:
         return f"{self.from_state or '-'} -> {self.to_state} ({self.event})"

@@ -6,6 +6,8 @@
   become plain indexes led by the state (0006). Their default collations fold case and
   ignore trailing spaces, which would make ``Order-1`` and ``order-1`` one key: the key
   columns compare byte for byte instead (0008).
+- A partial index that would cover every row there (the history's dead-letter index) is
+  not made on MySQL/MariaDB (``AddPartialIndex``).
 - MySQL/MariaDB commit each DDL statement, so a migration that failed half-way leaves
   part of its work behind, and running it again fails on it ("Duplicate key name"). The
   ``*IfMissing`` / ``*IfPresent`` operations skip what is already done there; on
@@ -161,6 +163,22 @@ class AddIndexIfMissing(_RerunGuard, migrations.AddIndex):
     @property
     def object_name(self) -> str:
         return str(self.index.name)
+
+
+class AddPartialIndex(AddIndexIfMissing):
+    """AddIndexIfMissing of a partial index that only helps where it stays partial: not
+    made on MySQL/MariaDB, which would index every row (the history's dead-letter index:
+    there the lookup per job uses the (job, at) index)."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        if not _is_mysql(schema_editor):
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        if not _is_mysql(schema_editor):
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
 
 
 class RemoveIndexIfPresent(_RerunGuard, migrations.RemoveIndex):

@@ -105,3 +105,24 @@ def test_job_pages_keep_room_for_the_next_row_version():
                        [Job._meta.db_table])
         (options,) = cursor.fetchone()
     assert "fillfactor=70" in options
+
+
+def test_the_dead_lettered_filter_reads_the_dead_letter_rows_not_the_history():
+    """"dead-lettered = No" asks whether a job has a dead_lettered history row: on
+    PostgreSQL from a partial index of those rows alone; MySQL/MariaDB have none (the
+    per-job lookup uses the (job, at) index)."""
+    from celery_idem.models import Transition
+
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, Transition._meta.db_table)
+    if connection.vendor == "mysql":
+        assert "celery_idem_dead_letter_idx" not in found
+        return
+    assert found["celery_idem_dead_letter_idx"]["columns"] == ["job_id"]
+    if connection.vendor != "postgresql":
+        return
+    query = Job.objects.not_dead_lettered().filter(state="SUCCEEDED").values("pk")[:10]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table: ask for the index
+        plan = query.explain()
+    assert "celery_idem_dead_letter_idx" in plan, plan
