@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+
 from celery_idem import retention
 from celery_idem.conf import settings
 from celery_idem.models import Job, Transition
