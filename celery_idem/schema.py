@@ -1,6 +1,7 @@
 """What the migrations do differently per database, in one place.
 
-- PostgreSQL: the job table's fillfactor, for HOT updates (migration 0006).
+- PostgreSQL: the job table's fillfactor, for HOT updates (migration 0006); the task id
+  in a hash index, whose entries are smaller to log than a B-tree's (0011).
 - MySQL/MariaDB have no partial indexes. Django creates an index with a condition there
   without it; two of those would serve their query badly on their own columns, so they
   become plain indexes led by the state (0006). Their default collations fold case and
@@ -47,6 +48,15 @@ BINARY_COLUMNS = (("job", "namespace"), ("job", "key"), ("job", "state"), ("leas
 BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 
 
+#: PostgreSQL: these B-tree indexes become hash indexes (0011), (model, column) each. A
+#: claim or a commit is not a HOT update (it changes the state, which the partial indexes
+#: name), so it adds an entry to every index; a hash entry holds a 4-byte hash code where
+#: a B-tree's holds the whole 36-character task id: 72 WAL bytes an entry instead of
+#: 98-140 (bench/results/wal_layouts.json, "lean"). The only query on the column, the
+#: admin's search by task id, is an equality, which is all a hash index answers.
+HASH_INDEXES = {"celery_idem_job_task_id_idx": ("job", "task_id")}
+
+
 def _is_mysql(schema_editor: Any) -> bool:
     return bool(schema_editor.connection.vendor == "mysql")
 
@@ -84,6 +94,30 @@ def undo_job_table_layout(apps: Any, schema_editor: Any) -> None:
         table = apps.get_model("celery_idem", "Job")._meta.db_table
         schema_editor.execute(f"ALTER TABLE {schema_editor.quote_name(table)} "
                               "RESET (fillfactor)")
+
+
+def _rebuild_indexes(apps: Any, schema_editor: Any, method: str) -> None:
+    """HASH_INDEXES rebuilt with ``method`` on PostgreSQL, whatever method they have now
+    (so running it again rebuilds the same); a no-op elsewhere."""
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    quote = schema_editor.quote_name
+    for name, (model_name, field_name) in HASH_INDEXES.items():
+        model = apps.get_model("celery_idem", model_name)
+        column = model._meta.get_field(field_name).column
+        schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
+        schema_editor.execute(f"CREATE INDEX {quote(name)} ON {quote(model._meta.db_table)} "
+                              f"USING {method} ({quote(column)})")
+
+
+def hash_indexes(apps: Any, schema_editor: Any) -> None:
+    """0011 forwards: HASH_INDEXES as hash indexes (PostgreSQL)."""
+    _rebuild_indexes(apps, schema_editor, "hash")
+
+
+def btree_indexes(apps: Any, schema_editor: Any) -> None:
+    """0011 backwards: HASH_INDEXES as the B-tree indexes Django made (PostgreSQL)."""
+    _rebuild_indexes(apps, schema_editor, "btree")
 
 
 def binary_key_columns(apps: Any, schema_editor: Any) -> None:
