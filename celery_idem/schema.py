@@ -21,10 +21,12 @@ from typing import Any
 
 from django.db import migrations
 
-#: Room left on each page of the job table: a row's next version fits beside it, so an
-#: update whose indexed columns are unchanged (a heartbeat, the outbox's sent mark) is
-#: HOT, and the others at least write one page. Takes effect for pages written from now
-#: on (``VACUUM FULL celery_idem_job`` rewrites the existing ones, under a lock).
+#: Room left on each page of the job table: a row's next version fits beside it, so the
+#: update logs only the changed part of the row, not the row (its envelope) again. None
+#: of the moves is a HOT update: each sets ``updated_at``, which the pending index names,
+#: and a heartbeat the lease too (docs/benchmarks.md, "A narrow hot row"). Takes effect
+#: for pages written from now on (``VACUUM FULL celery_idem_job`` rewrites the existing
+#: ones, under a lock).
 FILLFACTOR = 70
 
 #: Where there are no partial indexes: the partial index of that name becomes this plain
