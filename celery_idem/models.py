@@ -107,6 +107,14 @@ class Job(models.Model):
             # The reaper: PENDING past its dispatch timeout, or past its expiry.
             models.Index(fields=["updated_at"], name="celery_idem_job_pending_idx",
                          condition=models.Q(state=State.PENDING.value)),
+            # The recovery pass: PENDING past its expiry; PENDING never sent (an intent
+            # written in a transaction whose message never left). Both few, both read
+            # as a range instead of every PENDING job (not on MySQL/MariaDB: schema.py).
+            models.Index(fields=["expires_at"], name="celery_idem_job_expiry_idx",
+                         condition=models.Q(state=State.PENDING.value,
+                                            expires_at__isnull=False)),
+            models.Index(fields=["created_at"], name="celery_idem_job_unsent_idx",
+                         condition=models.Q(state=State.PENDING.value, sent_at__isnull=True)),
             # The admin's state filter and counts, idem_status: the states that need an
             # operator (SUCCEEDED, the common one, is served by the newest-first scan).
             models.Index(fields=["state", "-created_at"], name="celery_idem_job_attention_idx",
