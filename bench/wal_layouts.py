@@ -27,7 +27,7 @@ Layouts (``LAYOUTS``):
   claim and the commit are HOT (the reaper and the admin would then scan it: not a
   shippable layout, the lower bound of the idea);
 - ``lean``: ``current`` without ``celery_idem_job_created_idx`` (the admin ordering
-  newest-first by id) and with the task id in a hash index (as migration 0011 has made
+  newest-first by id) and with the task id in a hash index (as migration 0012 has made
   it in ``current`` too);
 - ``current_ff50``: ``current`` with fillfactor 50 instead of 70 (more room on each page
   for a row's next versions, 40 % more pages).

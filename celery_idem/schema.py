@@ -1,7 +1,7 @@
 """What the migrations do differently per database, in one place.
 
 - PostgreSQL: the job table's fillfactor, for HOT updates (migration 0006); the task id
-  in a hash index, whose entries are smaller to log than a B-tree's (0011).
+  in a hash index, whose entries are smaller to log than a B-tree's (0012).
 - MySQL/MariaDB have no partial indexes. Django creates an index with a condition there
   without it; two of those would serve their query badly on their own columns, so they
   become plain indexes led by the state (0006). Their default collations fold case and
@@ -50,7 +50,7 @@ BINARY_COLUMNS = (("job", "namespace"), ("job", "key"), ("job", "state"), ("leas
 BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 
 
-#: PostgreSQL: these B-tree indexes become hash indexes (0011), (model, column) each. A
+#: PostgreSQL: these B-tree indexes become hash indexes (0012), (model, column) each. A
 #: claim or a commit is not a HOT update (it changes the state, which the partial indexes
 #: name), so it adds an entry to every index; a hash entry holds a 4-byte hash code where
 #: a B-tree's holds the whole 36-character task id: 72 WAL bytes an entry instead of
@@ -113,12 +113,12 @@ def _rebuild_indexes(apps: Any, schema_editor: Any, method: str) -> None:
 
 
 def hash_indexes(apps: Any, schema_editor: Any) -> None:
-    """0011 forwards: HASH_INDEXES as hash indexes (PostgreSQL)."""
+    """0012 forwards: HASH_INDEXES as hash indexes (PostgreSQL)."""
     _rebuild_indexes(apps, schema_editor, "hash")
 
 
 def btree_indexes(apps: Any, schema_editor: Any) -> None:
-    """0011 backwards: HASH_INDEXES as the B-tree indexes Django made (PostgreSQL)."""
+    """0012 backwards: HASH_INDEXES as the B-tree indexes Django made (PostgreSQL)."""
     _rebuild_indexes(apps, schema_editor, "btree")
 
 

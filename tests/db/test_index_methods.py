@@ -1,4 +1,4 @@
-"""Migration 0011: on PostgreSQL the task id's index is a hash index (smaller entries to
+"""Migration 0012: on PostgreSQL the task id's index is a hash index (smaller entries to
 log on every claim and commit, celery_idem/schema.py HASH_INDEXES); elsewhere nothing
 changes. The migration applies, runs again and unapplies on every database, and the
 jobs already there stay found by task id."""
@@ -96,19 +96,19 @@ def scratch_database(tmp_path):
             cursor.execute(f"DROP DATABASE {name}")
 
 
-def test_0011_applies_runs_again_and_unapplies_keeping_the_jobs(scratch_database):
+def test_0012_applies_runs_again_and_unapplies_keeping_the_jobs(scratch_database):
     hashed = "hash" if connection.vendor == "postgresql" else "-"
     btree = "btree" if connection.vendor == "postgresql" else "-"
-    _in(scratch_database, "migrate", "celery_idem", "0010")
-    _in(scratch_database, "shell", "-c", _OLD_ROW)  # a job written before 0011
+    _in(scratch_database, "migrate", "celery_idem", "0011_pending_sweep_indexes")
+    _in(scratch_database, "shell", "-c", _OLD_ROW)  # a job written before 0012
     assert _probe(scratch_database) == [btree, "['old']"]
     _in(scratch_database, "migrate", "celery_idem")
     assert _probe(scratch_database) == [hashed, "['old']"]
     # Again over its own work (recorded as unapplied, the index already a hash index).
-    _in(scratch_database, "migrate", "celery_idem", "0010", "--fake")
+    _in(scratch_database, "migrate", "celery_idem", "0011_pending_sweep_indexes", "--fake")
     _in(scratch_database, "migrate", "celery_idem")
     assert _probe(scratch_database) == [hashed, "['old']"]
-    _in(scratch_database, "migrate", "celery_idem", "0010")
+    _in(scratch_database, "migrate", "celery_idem", "0011_pending_sweep_indexes")
     assert _probe(scratch_database) == [btree, "['old']"]
     _in(scratch_database, "migrate", "celery_idem")
     assert _probe(scratch_database) == [hashed, "['old']"]
