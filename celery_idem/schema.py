@@ -1,7 +1,8 @@
 """What the migrations do differently per database, in one place.
 
-- PostgreSQL: the job table's fillfactor, for HOT updates (migration 0006); the task id
-  in a hash index, whose entries are smaller to log than a B-tree's (0012).
+- PostgreSQL: the job table's fillfactor, so a row's next version stays on its page
+  (migration 0006); the task id in a hash index, whose entries are smaller to log than a
+  B-tree's (0012).
 - MySQL/MariaDB have no partial indexes. Django creates an index with a condition there
   without it; two of those would serve their query badly on their own columns, so they
   become plain indexes led by the state (0006). Their default collations fold case and
@@ -53,8 +54,8 @@ BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 #: PostgreSQL: these B-tree indexes become hash indexes (0012), (model, column) each. A
 #: claim or a commit is not a HOT update (it changes the state, which the partial indexes
 #: name), so it adds an entry to every index; a hash entry holds a 4-byte hash code where
-#: a B-tree's holds the whole 36-character task id: 72 WAL bytes an entry instead of
-#: 98-140 (bench/results/wal_layouts.json, "lean"). The only query on the column, the
+#: a B-tree's holds the whole 36-character task id: 73-76 WAL bytes an entry instead of
+#: 114-122 (docs/benchmarks.md, "A narrow hot row"). The only query on the column, the
 #: admin's search by task id, is an equality, which is all a hash index answers.
 HASH_INDEXES = {"celery_idem_job_task_id_idx": ("job", "task_id")}
 
