@@ -107,6 +107,14 @@ class Job(models.Model):
             # The reaper: PENDING past its dispatch timeout, or past its expiry.
             models.Index(fields=["updated_at"], name="celery_idem_job_pending_idx",
                          condition=models.Q(state=State.PENDING.value)),
+            # The recovery pass: PENDING past its expiry; PENDING never sent (an intent
+            # written in a transaction whose message never left). Both few, both read
+            # as a range instead of every PENDING job (not on MySQL/MariaDB: schema.py).
+            models.Index(fields=["expires_at"], name="celery_idem_job_expiry_idx",
+                         condition=models.Q(state=State.PENDING.value,
+                                            expires_at__isnull=False)),
+            models.Index(fields=["created_at"], name="celery_idem_job_unsent_idx",
+                         condition=models.Q(state=State.PENDING.value, sent_at__isnull=True)),
             # The admin's state filter and counts, idem_status: the states that need an
             # operator (SUCCEEDED, the common one, is served by the newest-first scan).
             models.Index(fields=["state", "-created_at"], name="celery_idem_job_attention_idx",
@@ -120,6 +128,8 @@ class Job(models.Model):
             # task id (by key prefix: the unique index, which leads with the key).
             models.Index(fields=["-created_at"], name="celery_idem_job_created_idx"),
             models.Index(fields=["task_name", "-created_at"], name="celery_idem_job_task_idx"),
+            # (On PostgreSQL a hash index, whose entries cost a claim and a commit less
+            # WAL: celery_idem/schema.py HASH_INDEXES, migration 0012.)
             models.Index(fields=["task_id"], name="celery_idem_job_task_id_idx"),
             # A job's children (the admin), only the jobs that have a parent.
             models.Index(fields=["parent"], name="celery_idem_job_parent_idx",
@@ -156,7 +166,15 @@ class Transition(models.Model):
         verbose_name = _("transition")
         verbose_name_plural = _("transitions")
         ordering = ["at", "id"]
-        indexes = [models.Index(fields=["job", "at"], name="celery_idem_transition_job_idx")]
+        indexes = [
+            models.Index(fields=["job", "at"], name="celery_idem_transition_job_idx"),
+            # The dead-lettered jobs (JobQuerySet.dead_lettered, the admin's filter): the
+            # few history rows of that event, not a scan of the whole history. Not on
+            # MySQL/MariaDB (no partial indexes; celery_idem/schema.py): there the lookup
+            # per job uses the index above.
+            models.Index(fields=["job"], name="celery_idem_dead_letter_idx",
+                         condition=models.Q(event="dead_lettered")),
+        ]
 
     def __str__(self) -> str:
         return f"{self.from_state or '-'} -> {self.to_state} ({self.event})"

@@ -1,11 +1,15 @@
 """What the migrations do differently per database, in one place.
 
-- PostgreSQL: the job table's fillfactor, for HOT updates (migration 0006).
+- PostgreSQL: the job table's fillfactor, so a row's next version stays on its page
+  (migration 0006); the task id in a hash index, whose entries are smaller to log than a
+  B-tree's (0012).
 - MySQL/MariaDB have no partial indexes. Django creates an index with a condition there
   without it; two of those would serve their query badly on their own columns, so they
   become plain indexes led by the state (0006). Their default collations fold case and
   ignore trailing spaces, which would make ``Order-1`` and ``order-1`` one key: the key
   columns compare byte for byte instead (0008).
+- A partial index that would cover every row there (the history's dead-letter index) is
+  not made on MySQL/MariaDB (``AddPartialIndex``).
 - MySQL/MariaDB commit each DDL statement, so a migration that failed half-way leaves
   part of its work behind, and running it again fails on it ("Duplicate key name"). The
   ``*IfMissing`` / ``*IfPresent`` operations skip what is already done there; on
@@ -18,10 +22,12 @@ from typing import Any
 
 from django.db import migrations
 
-#: Room left on each page of the job table: a row's next version fits beside it, so an
-#: update whose indexed columns are unchanged (a heartbeat, the outbox's sent mark) is
-#: HOT, and the others at least write one page. Takes effect for pages written from now
-#: on (``VACUUM FULL celery_idem_job`` rewrites the existing ones, under a lock).
+#: Room left on each page of the job table: a row's next version fits beside it, so the
+#: update logs only the changed part of the row, not the row (its envelope) again. None
+#: of the moves is a HOT update: each sets ``updated_at``, which the pending index names,
+#: and a heartbeat the lease too (docs/benchmarks.md, "A narrow hot row"). Takes effect
+#: for pages written from now on (``VACUUM FULL celery_idem_job`` rewrites the existing
+#: ones, under a lock).
 FILLFACTOR = 70
 
 #: Where there are no partial indexes: the partial index of that name becomes this plain
@@ -43,6 +49,15 @@ BINARY_COLUMNS = (("job", "namespace"), ("job", "key"), ("job", "state"), ("leas
 #: Byte-for-byte collations, best first: no pad (a trailing space counts: MariaDB 10.2+,
 #: MySQL 8.0.17+), then utf8mb4_bin, which ignores trailing spaces in comparisons.
 BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
+
+
+#: PostgreSQL: these B-tree indexes become hash indexes (0012), (model, column) each. A
+#: claim or a commit is not a HOT update (it changes the state, which the partial indexes
+#: name), so it adds an entry to every index; a hash entry holds a 4-byte hash code where
+#: a B-tree's holds the whole 36-character task id: 73-76 WAL bytes an entry instead of
+#: 114-122 (docs/benchmarks.md, "A narrow hot row"). The only query on the column, the
+#: admin's search by task id, is an equality, which is all a hash index answers.
+HASH_INDEXES = {"celery_idem_job_task_id_idx": ("job", "task_id")}
 
 
 def _is_mysql(schema_editor: Any) -> bool:
@@ -82,6 +97,30 @@ def undo_job_table_layout(apps: Any, schema_editor: Any) -> None:
         table = apps.get_model("celery_idem", "Job")._meta.db_table
         schema_editor.execute(f"ALTER TABLE {schema_editor.quote_name(table)} "
                               "RESET (fillfactor)")
+
+
+def _rebuild_indexes(apps: Any, schema_editor: Any, method: str) -> None:
+    """HASH_INDEXES rebuilt with ``method`` on PostgreSQL, whatever method they have now
+    (so running it again rebuilds the same); a no-op elsewhere."""
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    quote = schema_editor.quote_name
+    for name, (model_name, field_name) in HASH_INDEXES.items():
+        model = apps.get_model("celery_idem", model_name)
+        column = model._meta.get_field(field_name).column
+        schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
+        schema_editor.execute(f"CREATE INDEX {quote(name)} ON {quote(model._meta.db_table)} "
+                              f"USING {method} ({quote(column)})")
+
+
+def hash_indexes(apps: Any, schema_editor: Any) -> None:
+    """0012 forwards: HASH_INDEXES as hash indexes (PostgreSQL)."""
+    _rebuild_indexes(apps, schema_editor, "hash")
+
+
+def btree_indexes(apps: Any, schema_editor: Any) -> None:
+    """0012 backwards: HASH_INDEXES as the B-tree indexes Django made (PostgreSQL)."""
+    _rebuild_indexes(apps, schema_editor, "btree")
 
 
 def binary_key_columns(apps: Any, schema_editor: Any) -> None:
@@ -161,6 +200,22 @@ class AddIndexIfMissing(_RerunGuard, migrations.AddIndex):
     @property
     def object_name(self) -> str:
         return str(self.index.name)
+
+
+class AddPartialIndex(AddIndexIfMissing):
+    """AddIndexIfMissing of a partial index that only helps where it stays partial: not
+    made on MySQL/MariaDB, which would index every row (the history's dead-letter index:
+    there the lookup per job uses the (job, at) index)."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        if not _is_mysql(schema_editor):
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        if not _is_mysql(schema_editor):
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
 
 
 class RemoveIndexIfPresent(_RerunGuard, migrations.RemoveIndex):

@@ -8,11 +8,12 @@ the list makes no other count. Every filter and ordering here is served by an in
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cached_property
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.views.main import PAGE_VAR, ChangeList
+from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -91,16 +92,56 @@ class DeadLetteredFilter(admin.SimpleListFilter):
         return queryset
 
 
+def counted_states(params: Any) -> tuple[frozenset[str], bool]:
+    """What the summary counts under the list's query ``params``: the states its filters
+    admit (the others are 0 without a query: a count under "state = SUCCEEDED" of the
+    RUNNING jobs reads the RUNNING index for nothing), and whether to count a sample.
+
+    A search or a date range is not served by the (state, ...) indexes: counting each
+    rare state under it reads every job of that state. Then the summary counts the states
+    of the first COUNT_LIMIT + 1 matches, one query, as lower bounds past the cap.
+    """
+    states = {state.value for state in State}
+    chosen = params.get("state__exact")
+    if isinstance(chosen, list):  # Django 5+: lists of values
+        chosen = chosen[-1] if chosen else None
+    if chosen in states:
+        states &= {chosen}
+    if params.get("claim") in ("stale", "live"):
+        states &= {State.RUNNING.value}
+    if params.get("dead_lettered") == "yes":
+        states &= {State.FAILED.value}
+    sampled = bool(params.get(SEARCH_VAR)) or any(p.startswith("created_at__") for p in params)
+    return frozenset(states), sampled
+
+
 class StateCountPaginator(Paginator):
     """A paginator whose count is the sum of the per-state counts (each capped)."""
 
+    def __init__(self, *args: Any, states: frozenset[str] = frozenset(State),
+                 sampled: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.states, self.sampled = states, sampled
+
     @cached_property
     def state_counts(self) -> dict[str, int]:
-        """Jobs per state under the filter, each counted up to COUNT_LIMIT + 1."""
+        """Jobs per state under the filter, each counted up to COUNT_LIMIT + 1 (or, for a
+        sampled filter, among its first COUNT_LIMIT + 1 matches)."""
         jobs: Any = self.object_list
         jobs = jobs.order_by()
-        return {state.value: jobs.filter(state=state).values("pk")[:COUNT_LIMIT + 1].count()
-                for state in State}
+        counts = dict.fromkeys((state.value for state in State), 0)
+        if self.sampled:
+            counts.update(Counter(jobs.filter(state__in=self.states)
+                                  .values_list("state", flat=True)[:COUNT_LIMIT + 1]))
+            return counts
+        counts.update({state: jobs.filter(state=state).values("pk")[:COUNT_LIMIT + 1].count()
+                       for state in self.states})
+        return counts
+
+    @cached_property
+    def partial(self) -> bool:
+        """Whether the counts are lower bounds: a sample that reached the cap."""
+        return self.sampled and sum(self.state_counts.values()) > COUNT_LIMIT
 
     @cached_property
     def count(self) -> int:
@@ -111,9 +152,10 @@ class JobChangeList(ChangeList):
     """The job changelist, with the per-state summary for the current filter."""
 
     def get_queryset(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        # The list never shows the JSON columns, which may hold large tracebacks.
+        # The list never shows the JSON columns, which may hold large tracebacks, nor the
+        # stored message (~1 KB a job).
         return super().get_queryset(request, *args, **kwargs).defer(
-            "args", "kwargs", "result", "error", "options")
+            "args", "kwargs", "result", "error", "options", "message")
 
     def state_summary(self) -> list[dict[str, Any]]:
         """Each state with its count under the current filter and a link that selects it."""
@@ -125,7 +167,9 @@ class JobChangeList(ChangeList):
             {
                 "value": state.value, "label": state.label,
                 "count": min(counts[state.value], COUNT_LIMIT),
-                "capped": counts[state.value] > COUNT_LIMIT, "selected": selected == state.value,
+                "capped": counts[state.value] > COUNT_LIMIT or (
+                    self.paginator.partial and counts[state.value] > 0),
+                "selected": selected == state.value,
                 "url": self.get_query_string({"state__exact": state.value}, [PAGE_VAR]),
             }
             for state in State
@@ -135,4 +179,5 @@ class JobChangeList(ChangeList):
         return sum(min(n, COUNT_LIMIT) for n in self.paginator.state_counts.values())
 
     def summary_capped(self) -> bool:
-        return any(n > COUNT_LIMIT for n in self.paginator.state_counts.values())
+        return self.paginator.partial or any(
+            n > COUNT_LIMIT for n in self.paginator.state_counts.values())

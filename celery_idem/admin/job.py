@@ -31,6 +31,7 @@ from .changelist import (
     JobChangeList,
     StateCountPaginator,
     TaskNameFilter,
+    counted_states,
     key_prefix,
 )
 from .operations import OperatorActions
@@ -112,7 +113,12 @@ class JobAdmin(OperatorActions):
 
     def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int,
                       orphans: int = 0, allow_empty_first_page: bool = True) -> Any:
-        return StateCountPaginator(queryset, per_page, orphans, allow_empty_first_page)
+        if queryset.model is not Job:  # the history page pages the admin's log entries
+            return super().get_paginator(request, queryset, per_page, orphans,
+                                         allow_empty_first_page)
+        states, sampled = counted_states(request.GET)
+        return StateCountPaginator(queryset, per_page, orphans, allow_empty_first_page,
+                                   states=states, sampled=sampled)
 
     def get_search_results(self, request: HttpRequest, queryset: Any,
                            search_term: str) -> tuple[Any, bool]:

@@ -239,6 +239,16 @@ class Backend(ABC):
         another pass holds are skipped where the database can). Changes applied inside
         the block commit with it."""
 
+    def task_counts(self, condition: Q) -> dict[str, int]:
+        """How many jobs match ``condition``, per task name (read, not locked)."""
+        from django.db.models import Count
+
+        from ..models import Job
+
+        rows = (Job.objects.using(self.alias).filter(condition).values_list("task_name")
+                .annotate(n=Count("id")).order_by())
+        return {name: n for name, n in rows}
+
     @abstractmethod
     def attempts_since_reset(self, job_id: int, attempt: int) -> int:
         """How many of the job's ``attempt`` claims count against max_attempts: those

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -266,10 +267,15 @@ class InMemoryBackend(Backend):
     def task_names(self, limit: int) -> list[str]:
         return sorted({j.task_name for j in self.jobs.values()})[:limit]
 
+    def task_counts(self, condition: Q) -> dict[str, int]:
+        with self._lock:
+            return dict(Counter(j.task_name for j in self.jobs.values()
+                                if _q_matches(condition, j)))
+
 
 def _q_matches(q: Q, job: MemoryJob) -> bool:
     """Evaluate a recovery filter (``Q`` of exact, ``__lt``, ``__lte``, ``__gte``,
-    ``__isnull`` lookups) against a job in memory."""
+    ``__isnull``, ``__in`` lookups) against a job in memory."""
     results = []
     for child in q.children:
         if isinstance(child, Q):
@@ -289,4 +295,5 @@ _LOOKUPS = {
     "lte": lambda value, expected: value is not None and value <= expected,
     "gte": lambda value, expected: value is not None and value >= expected,
     "isnull": lambda value, expected: (value is None) == expected,
+    "in": lambda value, expected: value in expected,
 }

@@ -188,3 +188,14 @@ def test_publish_batch(bench_env, tmp_path):
     assert results["batch: publish_many(group)"]["intent_statements_per_batch"] == 1
     assert results["batch in atomic()"]["intent_statements_per_batch"] == 1
     assert results["one at a time"]["intent_statements_per_batch"] == 10
+
+
+def test_scale(bench_env, tmp_path):
+    data = run(bench_env, tmp_path, "scale.py", "--rows", "4000", "--unknown", "20",
+               "--repeat", "1")
+    assert data["table"]["jobs"] == 4020
+    assert data["recovery"]["unknown_task_claims_pass"]["did"] == {"skipped": 20}
+    assert data["recovery"]["nothing_to_do_pass"]["did"] == {}
+    assert {"default", "exact"} <= set(data["idem_status"])
+    assert {"list", "dead-lettered=no", "state=SUCCEEDED", "detail"} <= set(data["admin"])
+    assert data["idem_purge"]["deleted_jobs"] > 0 and data["idem_purge"]["inserts"] > 0

@@ -138,6 +138,42 @@ class TestJobList:
         html = response.content.decode()
         assert "more than 4 jobs" in html and '<span class="idem-summary-count">3+</span>' in html
 
+    def test_counts_only_the_states_the_filter_admits(self, viewer):
+        """Under "state = SUCCEEDED" (or a claim filter: RUNNING; dead-lettered: FAILED)
+        the other states are 0 without a query of their own."""
+        populate()
+        for query, counted in [({"state__exact": "SUCCEEDED"}, "SUCCEEDED"),
+                               ({"claim": "stale"}, "RUNNING"),
+                               ({"dead_lettered": "yes"}, "FAILED")]:
+            with CaptureQueriesContext(connection) as queries:
+                response = viewer.get(LIST, query)
+            summary = {i["value"]: i["count"] for i in response.context["cl"].state_summary()}
+            assert {state for state, n in summary.items() if n} <= {counted}, query
+            counts = [q for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+            assert len(counts) == 1, (query, counts)
+
+    def test_under_a_search_the_states_of_a_sample_are_counted_as_lower_bounds(
+            self, viewer, monkeypatch):
+        """A key search is not served by the state indexes: one query counts the states
+        of the first COUNT_LIMIT + 1 matches; past the cap every count shows "N+"."""
+        monkeypatch.setattr(changelist, "COUNT_LIMIT", 3)
+        for n in range(3):
+            make_job(f"order/{n}", State.FAILED)
+        make_job("order/9", State.SUCCEEDED)
+        make_job("other/1", State.SUCCEEDED)
+        with CaptureQueriesContext(connection) as queries:
+            response = viewer.get(LIST, {"q": "order/"})
+        items = {i["value"]: i for i in response.context["cl"].state_summary()}
+        assert sum(i["count"] for i in items.values()) == 4
+        assert all(i["capped"] for i in items.values() if i["count"])
+        assert "more than" in response.content.decode()
+        assert not [q for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+        monkeypatch.setattr(changelist, "COUNT_LIMIT", 10)
+        items = {i["value"]: i for i in
+                 viewer.get(LIST, {"q": "order/"}).context["cl"].state_summary()}
+        assert (items["FAILED"]["count"], items["FAILED"]["capped"]) == (3, False)
+        assert (items["SUCCEEDED"]["count"], items["SUCCEEDED"]["capped"]) == (1, False)
+
     def test_not_counted_in_full_and_sorted_only_by_indexed_columns(self):
         """The admin never counts the whole table, and sorts only where an index helps."""
         assert JobAdmin.show_full_result_count is False

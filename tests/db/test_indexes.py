@@ -18,6 +18,8 @@ EXPECTED = {
     "celery_idem_job_pending_idx": "PENDING",
     "celery_idem_job_attention_idx": "FAILED",
     "celery_idem_job_census_idx": "SUCCEEDED",
+    "celery_idem_job_expiry_idx": "expires_at",
+    "celery_idem_job_unsent_idx": "sent_at",
     "celery_idem_job_parent_idx": "parent_id",
     "celery_idem_job_created_idx": "",
     "celery_idem_job_task_idx": "",
@@ -105,3 +107,48 @@ def test_job_pages_keep_room_for_the_next_row_version():
                        [Job._meta.db_table])
         (options,) = cursor.fetchone()
     assert "fillfactor=70" in options
+
+
+def test_the_dead_lettered_filter_reads_the_dead_letter_rows_not_the_history():
+    """"dead-lettered = No" asks whether a job has a dead_lettered history row: on
+    PostgreSQL from a partial index of those rows alone; MySQL/MariaDB have none (the
+    per-job lookup uses the (job, at) index)."""
+    from celery_idem.models import Transition
+
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, Transition._meta.db_table)
+    if connection.vendor == "mysql":
+        assert "celery_idem_dead_letter_idx" not in found
+        return
+    assert found["celery_idem_dead_letter_idx"]["columns"] == ["job_id"]
+    if connection.vendor != "postgresql":
+        return
+    query = Job.objects.not_dead_lettered().filter(state="SUCCEEDED").values("pk")[:10]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table: ask for the index
+        plan = query.explain()
+    assert "celery_idem_dead_letter_idx" in plan, plan
+
+
+@not_on_mysql
+def test_the_recovery_sweeps_of_pending_jobs_read_an_index_range():
+    """Expired, sent and lost, never sent: each sweep of the pass is the range of an
+    index, not a read of every PENDING job (MySQL/MariaDB: the (state, updated_at)
+    index, checked above)."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from celery_idem.recovery import sweep
+
+    if connection.vendor != "postgresql":
+        pytest.skip("EXPLAIN's wording is PostgreSQL's")
+    now = timezone.now()
+    for condition, index in [(sweep.expired(now), "celery_idem_job_expiry_idx"),
+                             (sweep.sent_and_lost(now), "celery_idem_job_pending_idx"),
+                             (sweep.never_sent(now), "celery_idem_job_unsent_idx")]:
+        query = Job.objects.filter(condition, id__gt=0).order_by("id")[:500]
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table
+            cursor.execute("SET LOCAL enable_bitmapscan = off")
+            plan = query.explain()
+        assert index in plan and "Index Cond" in plan, (index, plan)

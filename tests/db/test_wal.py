@@ -7,6 +7,12 @@ not grow with the message: either the row's new version stays on its page (fillf
 message is out of line in TOAST and only its pointer is copied. Measured with
 pg_walinspect on this database's records only (the server is shared), as a structural
 bound: a message 20 KB larger may not cost the claim and commit anywhere near that.
+
+Each job is measured alone in the table (emptied first), so its page has room for the
+new versions. Where it has none and nothing on it can be pruned (many wide rows on the
+page, or another session's snapshot holding their dead versions), the new version goes
+to another page and PostgreSQL logs the whole row, message and all: measured, not
+tested, by ``bench/wal_layouts.py`` (orders ``backlog`` and ``held``; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -72,7 +78,9 @@ def message_of(size: int) -> dict:
 def claim_and_commit_wal(size: int) -> int:
     """Write an intent with a message of ``size`` bytes, then claim and commit it, each
     autocommitted on Django's connection (synchronous commits: flushed, so readable);
-    the WAL of the claim and the commit."""
+    the WAL of the claim and the commit. The job is alone in the table (see above)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {Job._meta.db_table} CASCADE")
     intent = Intent(namespace="tests.wal", key=f"wal-{size}-{uuid.uuid4().hex[:8]}",
                     task_name="tests.wal", fingerprint="fp", args=[1], kwargs={},
                     options={"queue": "q"}, message=message_of(size))
