@@ -279,6 +279,7 @@ def admin_pages(repeat: int, jobs: int) -> dict[str, Any]:
         url = base + tail
         response = client.get(url)  # warm: the first render compiles templates
         assert response.status_code == 200, (url, response.status_code)
+        connection.queries_log.clear()  # full (maxlen 9,000), it would capture nothing
         with CaptureQueriesContext(connection) as queries:
             client.get(url)
         out[label] = {"url": url, **timed(lambda u=url: client.get(u), repeat),
