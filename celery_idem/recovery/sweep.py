@@ -37,7 +37,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
@@ -49,7 +49,8 @@ from ..conf import settings
 from ..envelope import Undecodable
 from ..errors import Expired, Undeliverable
 from ..models import Job
-from ..states import State, never_sent_q, stale_q
+from ..states import State, stale_q
+from .due import expired, never_sent, redispatch_wait, sent_and_lost
 from .handback import HandBack, plan, registered_task, resendable
 from .resend import redispatch, task_id_for
 
@@ -68,10 +69,6 @@ ACTIONS = (
     "skipped",        # left alone: task unknown here, or no stored arguments to send
     "send_failed",    # moved, but the broker refused the message; the next pass retries
 )
-
-#: Re-dispatch waits stop doubling after this many steps (2**30 x the timeout is forever).
-_MAX_DOUBLINGS = 30
-
 
 @dataclass
 class Report:
@@ -100,54 +97,6 @@ class Report:
 
     def __str__(self) -> str:
         return "; ".join(self.lines()) or "nothing to do"
-
-
-# -- which rows ------------------------------------------------------------------------
-
-def redispatch_wait(dispatch_count: int) -> float:
-    """Seconds a PENDING job waits for a claim, after its message was due, before it is
-    sent again: the dispatch timeout, doubled per re-dispatch so far, capped."""
-    timeout = float(settings.DISPATCH_TIMEOUT)
-    cap = max(float(settings.DISPATCH_MAX_BACKOFF), timeout)
-    return float(min(timeout * 2 ** min(dispatch_count, _MAX_DOUBLINGS), cap))
-
-
-def lost_messages(now: datetime) -> Q:
-    """PENDING jobs whose message was due ``redispatch_wait(dispatch_count)`` ago and was
-    not claimed (``sent_and_lost``), or never sent (``never_sent``), and not expired."""
-    return (sent_and_lost(now) | never_sent(now)) & ~Q(expires_at__lt=now)
-
-
-def sent_and_lost(now: datetime) -> Q:
-    """Sent, and not claimed within its wait. A message is due at the later of the last
-    write and the not-before of a scheduled retry, so a retry's own message gets the full
-    timeout after its ETA. Every level waited at least the dispatch timeout since the
-    last write: that bound, said once more, is the range the PENDING index reads (the
-    levels alone would read every PENDING job)."""
-    levels = Q()
-    for count in range(_MAX_DOUBLINGS + 1):
-        wait = redispatch_wait(count)
-        last = wait >= redispatch_wait(_MAX_DOUBLINGS) or count == _MAX_DOUBLINGS
-        due_before = now - timedelta(seconds=wait)
-        waited = Q(updated_at__lt=due_before) & (
-            Q(not_before__isnull=True) | Q(not_before__lt=due_before))
-        levels |= (Q(dispatch_count__gte=count) if last else Q(dispatch_count=count)) & waited
-        if last:
-            break
-    soonest = now - timedelta(seconds=redispatch_wait(0))
-    return Q(state=State.PENDING, updated_at__lt=soonest) & levels & ~never_sent_q()
-
-
-def never_sent(now: datetime) -> Q:
-    """Written in a transaction, not marked sent, never claimed (a claim can beat the
-    mark; the message then certainly left), past CELERY_IDEM_NEVER_SENT_TIMEOUT."""
-    return Q(state=State.PENDING) & never_sent_q() & Q(
-        created_at__lt=now - timedelta(seconds=float(settings.NEVER_SENT_TIMEOUT)))
-
-
-def expired(now: datetime) -> Q:
-    """PENDING jobs whose message expired before any worker claimed it."""
-    return Q(state=State.PENDING, expires_at__lt=now)
 
 
 # -- what to do with a row -------------------------------------------------------------

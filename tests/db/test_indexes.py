@@ -138,7 +138,7 @@ def test_the_recovery_sweeps_of_pending_jobs_read_an_index_range():
     from django.db import transaction
     from django.utils import timezone
 
-    from celery_idem.recovery import sweep
+    from celery_idem.recovery import due
 
     if connection.vendor != "postgresql":
         pytest.skip("EXPLAIN's wording is PostgreSQL's")
@@ -150,9 +150,9 @@ def test_the_recovery_sweeps_of_pending_jobs_read_an_index_range():
                             for n in range(300))
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Job._meta.db_table}")
-    for condition, column in [(sweep.expired(now), "expires_at"),
-                              (sweep.sent_and_lost(now), "updated_at"),
-                              (sweep.never_sent(now), "created_at")]:
+    for condition, column in [(due.expired(now), "expires_at"),
+                              (due.sent_and_lost(now), "updated_at"),
+                              (due.never_sent(now), "created_at")]:
         query = Job.objects.filter(condition, id__gt=0).order_by("id")[:500]
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table

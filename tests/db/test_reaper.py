@@ -19,6 +19,7 @@ from celery_idem.errors import InvalidTransition
 from celery_idem.models import Job, Transition
 from celery_idem.producer import KEY_HEADER as HEADER
 from celery_idem.producer import write_intent
+from celery_idem.recovery import due
 from celery_idem.recovery import resend as dispatch
 from celery_idem.recovery import sweep as reaper
 from celery_idem.states import State
@@ -209,7 +210,7 @@ class TestLostMessages:
 
     def test_backoff_is_capped(self):
         """The wait never exceeds CELERY_IDEM_DISPATCH_MAX_BACKOFF."""
-        assert [reaper.redispatch_wait(n) for n in range(5)] == [600, 1200, 2400, 2400, 2400]
+        assert [due.redispatch_wait(n) for n in range(5)] == [600, 1200, 2400, 2400, 2400]
 
     def test_a_scheduled_retry_is_not_sent_before_its_not_before(self, backend, sent):
         """A retry due in an hour gets the full timeout after its ETA, not after its write."""

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from django.test import override_settings
 
+from celery_idem.recovery import due
 from celery_idem.recovery import sweep as reaper
 
 
@@ -29,18 +30,18 @@ def test_an_empty_report_says_so():
 @override_settings(CELERY_IDEM_DISPATCH_TIMEOUT=10, CELERY_IDEM_DISPATCH_MAX_BACKOFF=100)
 def test_redispatch_wait_doubles_up_to_the_cap():
     """10 s, 20 s, 40 s, 80 s, then the 100 s cap forever."""
-    assert [reaper.redispatch_wait(n) for n in range(7)] == [10, 20, 40, 80, 100, 100, 100]
-    assert reaper.redispatch_wait(10_000) == 100
+    assert [due.redispatch_wait(n) for n in range(7)] == [10, 20, 40, 80, 100, 100, 100]
+    assert due.redispatch_wait(10_000) == 100
 
 
 @override_settings(CELERY_IDEM_DISPATCH_TIMEOUT=300, CELERY_IDEM_DISPATCH_MAX_BACKOFF=10)
 def test_a_cap_below_the_timeout_means_the_timeout():
     """The cap never shortens the first wait."""
-    assert reaper.redispatch_wait(0) == reaper.redispatch_wait(5) == 300
+    assert due.redispatch_wait(0) == due.redispatch_wait(5) == 300
 
 
 @override_settings(CELERY_IDEM_DISPATCH_TIMEOUT=0)
 def test_zero_timeout_gives_one_level_query():
     """Without a timeout every PENDING row past its due time qualifies: one OR branch."""
-    query = reaper.lost_messages(datetime(2030, 1, 1, tzinfo=UTC))
+    query = due.lost_messages(datetime(2030, 1, 1, tzinfo=UTC))
     assert str(query).count("dispatch_count") == 1

@@ -14,7 +14,7 @@ from django.utils import timezone
 from celery_idem.census import JobCount, job_counts
 from celery_idem.conf import settings
 from celery_idem.models import Job
-from celery_idem.recovery.sweep import lost_messages
+from celery_idem.recovery.due import lost_messages
 from celery_idem.states import State, stale_q
 
 from ._filters import task_filter
