@@ -1,0 +1,123 @@
+"""A pytest plugin for Celery's own integration suite: every task of the suite gets
+``celery_idem.IdempotentTask`` as its base (``-p tests.compat.plugin``; tests/compat/suite.py
+loads it with ``IDEM_COMPAT_KEYS`` naming the key kind).
+
+The suite builds its app from ``celery.contrib.pytest``'s ``celery_parameters`` fixture,
+so ``task_cls`` goes there; its tasks are ``shared_task``s without a ``base``, so each
+becomes a subclass of the app's ``Task``, i.e. of the class below. The key kinds, as the
+README recommends them:
+
+- ``per_call``: ``PER_CALL``; each publish of the test itself (the pytest process's main
+  thread, outside any body) gets a fresh key, as a caller passing ``idempotency_key=``
+  would. Whatever Celery publishes elsewhere (a worker, the result backend) gets no help
+  here: that is the extension's job.
+- ``template``: a template over the task's named parameters (``"{x}/{y}"``); a task with
+  none (only ``*args``/``**kwargs``, or no parameters) is ``PER_CALL`` as above, which is
+  what the extension's error for a template naming nothing tells a user to do.
+- ``all_arguments``: ``ALL_ARGUMENTS``.
+
+Django runs on a database of its own (``IDEM_PG_NAME``), created and migrated when the
+plugin is configured and dropped at the end, before the suite's session worker forks.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+KINDS = ("per_call", "template", "all_arguments")
+_PYTEST_PID = os.getpid()
+_created: list[str] = []
+
+
+def _kind() -> str:
+    kind = os.environ.get("IDEM_COMPAT_KEYS", "")
+    if kind not in KINDS:
+        raise pytest.UsageError(f"IDEM_COMPAT_KEYS must be one of {KINDS}, not {kind!r}")
+    return kind
+
+
+def template_for(run: Any) -> str | None:
+    """A key template naming each named parameter of a task body; None if it has none."""
+    from celery_idem.keys import body_signature
+
+    named = [p.name for p in body_signature(run).parameters.values()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return "/".join(f"{{{name}}}" for name in named) or None
+
+
+def _top_level() -> bool:
+    """A publish by the test itself: not by the worker's threads or pool processes."""
+    return os.getpid() == _PYTEST_PID and threading.current_thread() is threading.main_thread()
+
+
+def task_class(kind: str) -> type:
+    """The base of every task of the suite for one key kind."""
+    from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask
+
+    class CompatTask(IdempotentTask):  # type: ignore[misc]
+        idempotency_key = ALL_ARGUMENTS if kind == "all_arguments" else PER_CALL
+
+        def __init_subclass__(cls, **kwargs: Any) -> None:
+            if kind == "template" and "run" in cls.__dict__ \
+                    and "idempotency_key" not in cls.__dict__:
+                cls.idempotency_key = template_for(cls.__dict__["run"]) or PER_CALL
+            super().__init_subclass__(**kwargs)
+
+        def apply_async(self, args: Any = None, kwargs: Any = None, *rest: Any,
+                        idempotency_key: str | None = None, **options: Any) -> Any:
+            if idempotency_key is None and _top_level() and self.key_spec().per_call:
+                idempotency_key = f"compat/{uuid.uuid4()}"
+            return super().apply_async(args, kwargs, *rest, idempotency_key=idempotency_key,
+                                       **options)
+
+    return CompatTask
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    kind = _kind()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_app.settings")
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    import celery_idem.tasks  # noqa: F401 - celery_idem.replaced, as the worker has it
+
+    _created.append(connection.settings_dict["NAME"])
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    config.stash[_KIND] = kind
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _created:
+        return
+    from django.db import connection
+
+    from celery_idem import connection as bookkeeping
+
+    bookkeeping.close_bookkeeping_connections()
+    connection.creation.destroy_test_db(_created.pop(), verbosity=0)
+
+
+_KIND = pytest.StashKey[str]()
+
+
+@pytest.fixture(scope="session")
+def celery_parameters(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return {"task_cls": task_class(request.config.stash[_KIND])}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _every_task_idempotent(celery_session_app: Any) -> None:
+    """Stop the run, rather than let it pass as plain Celery, if the suite's app did not
+    take ``task_cls``."""
+    from celery_idem import IdempotentTask
+
+    if not isinstance(celery_session_app.tasks["t.integration.tasks.add"], IdempotentTask):
+        pytest.exit("the suite's tasks are not IdempotentTask subclasses: "
+                    "tests/compat/plugin.py's celery_parameters was not used", 3)

@@ -1,0 +1,116 @@
+"""Celery's own integration suite, run plain and with ``IdempotentTask`` as every task's
+base (tests/compat/plugin.py), one run per key kind; each run's outcome per test.
+
+The suite comes from the sdist of the installed Celery, downloaded at test time with pip
+into a cache (``IDEM_COMPAT_CACHE``, default ``~/.cache/celery-idem``) and extracted into
+the run's folder: nothing of it is committed. Each run is a pytest process in a copy of
+its own against the shared Redis (databases 12 and 13) under a key prefix of its own
+(Celery's ``integration-tests-config.json``), so runs on the same machine do not meet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tomllib
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.compat.compare import Outcomes, node_id, outcomes
+
+#: The shared Redis: databases 12 (broker) and 13 (results) unless IDEM_BROKER and
+#: IDEM_RESULTS (the tier's environment, tests/run.py) say otherwise.
+REDIS = "redis://127.0.0.1:6379"
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+#: The modules of Celery's suite that run, and what they import from ``t``.
+MODULES = ("t/integration/test_tasks.py", "t/integration/test_canvas.py")
+NEEDED = ("t/__init__.py", "t/canvas_helpers.py", "t/integration/", "pyproject.toml")
+#: Runs: name -> the key kind for tests/compat/plugin.py (None: plain Celery).
+RUNS: dict[str, str | None] = {
+    "plain": None, "per_call": "per_call", "template": "template",
+    "all_arguments": "all_arguments"}
+#: A test that takes longer than this (seconds) fails: a hang is a failure, not a stuck CI.
+TIMEOUT = int(os.environ.get("IDEM_COMPAT_TIMEOUT", "30"))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which of Celery's tests run: all of them with ``full``, else those not listed as
+    slow (tests/compat/selection.toml, with why)."""
+
+    deselected: tuple[str, ...]
+
+    @classmethod
+    def load(cls, full: bool, path: Path = HERE / "selection.toml") -> Selection:
+        if full:
+            return cls(())
+        slow = tomllib.loads(path.read_text())["slow"]
+        return cls(tuple(sorted(slow)))
+
+    def arguments(self) -> list[str]:
+        return [f"--deselect={node_id(test)}" for test in self.deselected]
+
+
+def sdist(version: str, cache: Path) -> Path:
+    """The sdist of Celery ``version``, downloaded into ``cache`` once."""
+    tarball = cache / f"celery-{version}.tar.gz"
+    if not tarball.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.check_call([
+            sys.executable, "-m", "pip", "download", f"celery=={version}", "--no-deps",
+            "--no-binary", ":all:", "--disable-pip-version-check", "-q", "-d", str(cache)])
+    return tarball
+
+
+def extract(tarball: Path, into: Path) -> Path:
+    """Celery's integration suite (and what it imports) from ``tarball``; its folder."""
+    with tarfile.open(tarball) as archive:
+        top = archive.getnames()[0].split("/")[0]
+        members = [m for m in archive.getmembers()
+                   if m.name.removeprefix(f"{top}/").startswith(NEEDED)]
+        archive.extractall(into, members=members, filter="data")
+    return into / top
+
+
+def configure(suite: Path, prefix: str) -> None:
+    """Celery's own override file: every Redis key of the run under ``prefix``."""
+    options = {"global_keyprefix": prefix}
+    (suite / "integration-tests-config.json").write_text(json.dumps({
+        "broker_transport_options": options, "result_backend_transport_options": options}))
+
+
+def run_all(tarball: Path, workdir: Path, selection: Selection) -> dict[str, Outcomes]:
+    """Every run of ``RUNS`` at once (they wait on the worker and Redis far more than on
+    the CPU), each on a copy of the suite of its own; their outcomes per test."""
+    run_id = uuid.uuid4().hex[:8]
+    started = {name: _start(name, extract(tarball, workdir / name), workdir, run_id,
+                            selection) for name in RUNS}
+    for process in started.values():
+        process.wait()
+    return {name: outcomes(workdir / f"{name}.xml") for name in RUNS}
+
+
+def _start(name: str, suite: Path, workdir: Path, run_id: str,
+           selection: Selection) -> subprocess.Popen[bytes]:
+    kind = RUNS[name]
+    plugin = ["-p", "tests.compat.plugin"] if kind else []
+    env = {
+        **os.environ, "PYTHONPATH": os.pathsep.join([str(suite), str(ROOT)]),
+        "TEST_BROKER": os.environ.get("IDEM_BROKER", f"{REDIS}/12"),
+        "TEST_BACKEND": os.environ.get("IDEM_RESULTS", f"{REDIS}/13"),
+        "IDEM_COMPAT_KEYS": kind or "", "IDEM_PG_NAME": f"idem_compat_{run_id}_{name}",
+        "IDEM_VAR_DIR": str(workdir / name / "var")}
+    configure(suite, f"idem-compat-{run_id}-{name}:")
+    log = (workdir / f"{name}.log").open("wb")
+    # Celery's fixtures (celery_parameters among them) are a plugin its conftest does not
+    # load; the extension's, after it, overrides celery_parameters.
+    return subprocess.Popen([
+        sys.executable, "-m", "pytest", *MODULES, "-p", "celery.contrib.pytest", *plugin,
+        "-p", "no:django", "-p", "no:cacheprovider", f"--timeout={TIMEOUT}",
+        f"--junitxml={workdir / f'{name}.xml'}", "-q", "-o", "junit_family=xunit1",
+        *selection.arguments()], cwd=suite, env=env, stdout=log, stderr=subprocess.STDOUT)
