@@ -53,7 +53,6 @@ class Allowed:
 
     test: str
     runs: tuple[str, ...]
-    feature: str
     verdict: str
     reason: str
 
@@ -62,7 +61,7 @@ def load_allowed(path: Path = ALLOWED) -> dict[tuple[str, str], Allowed]:
     """The allow-list by (test, run); a malformed entry raises ValueError naming it."""
     table: dict[tuple[str, str], Allowed] = {}
     for raw in tomllib.loads(path.read_text()).get("allowed", []):
-        entry = Allowed(raw["test"], tuple(raw["runs"]), raw["feature"],
+        entry = Allowed(raw["test"], tuple(raw["runs"]),
                         raw.get("verdict", "difference"), raw["reason"].strip())
         if entry.verdict not in VERDICTS or not entry.reason:
             raise ValueError(f"{path}: {entry.test}: verdict must be one of {VERDICTS} "

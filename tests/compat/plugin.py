@@ -16,6 +16,13 @@ README recommends them:
   what the extension's error for a template naming nothing tells a user to do.
 - ``all_arguments``: ``ALL_ARGUMENTS``.
 
+Each of Celery's tests starts with no job (the job tables are emptied after each, once
+the suite's own ``manager`` fixture has waited for the worker to be idle): Celery's tests
+are independent scenarios, and with a template or ``ALL_ARGUMENTS`` the same call made by
+an earlier test (``add(2, 2)``, ``identity(42)``) would otherwise replay that test's result,
+making each outcome depend on which tests ran before it (the CI subset or ``--full``).
+Within one test, every duplicate still meets the job it duplicates.
+
 Django runs on a database of its own (``IDEM_PG_NAME``), created and migrated when the
 plugin is configured and dropped at the end, before the suite's session worker forks.
 """
@@ -25,6 +32,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -121,3 +129,18 @@ def _every_task_idempotent(celery_session_app: Any) -> None:
     if not isinstance(celery_session_app.tasks["t.integration.tasks.add"], IdempotentTask):
         pytest.exit("the suite's tasks are not IdempotentTask subclasses: "
                     "tests/compat/plugin.py's celery_parameters was not used", 3)
+
+
+@pytest.fixture(autouse=True)
+def _no_job_from_an_earlier_test() -> Iterator[None]:
+    """Empty the job tables after each test (autouse: set up before, torn down after the
+    suite's ``manager``, which waits for the worker to be idle)."""
+    yield
+    from django.apps import apps
+    from django.core.management.color import no_style
+    from django.db import connection
+
+    tables = [model._meta.db_table for model in apps.get_app_config("celery_idem").get_models()]
+    with connection.cursor() as cursor:
+        for statement in connection.ops.sql_flush(no_style(), tables, allow_cascade=True):
+            cursor.execute(statement)

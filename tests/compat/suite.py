@@ -85,14 +85,17 @@ def configure(suite: Path, prefix: str) -> None:
 
 
 def run_all(tarball: Path, workdir: Path, selection: Selection) -> dict[str, Outcomes]:
-    """Every run of ``RUNS`` at once (they wait on the worker and Redis far more than on
-    the CPU), each on a copy of the suite of its own; their outcomes per test."""
+    """Every run of ``RUNS``, one after the other, each on a copy of the suite of its own;
+    their outcomes per test. Not at once: Celery's tasks write Redis keys of fixed names
+    (``redis-echo``, ``redis-count``) on database 0 (``t/integration/tasks.py``,
+    ``get_redis_connection``), which two runs at once would share."""
     run_id = uuid.uuid4().hex[:8]
-    started = {name: _start(name, extract(tarball, workdir / name), workdir, run_id,
-                            selection) for name in RUNS}
-    for process in started.values():
-        process.wait()
-    return {name: outcomes(workdir / f"{name}.xml") for name in RUNS}
+    found = {}
+    for name in RUNS:
+        code = _start(name, extract(tarball, workdir / name), workdir, run_id, selection).wait()
+        found[name] = outcomes(workdir / f"{name}.xml")
+        print(f"{name}: pytest exit status {code}, {len(found[name])} tests", flush=True)
+    return found
 
 
 def _start(name: str, suite: Path, workdir: Path, run_id: str,

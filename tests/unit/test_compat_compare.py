@@ -26,7 +26,6 @@ ALLOWED = """
 [[allowed]]
 test = "test_tasks::test_tasks::test_retry"
 runs = ["per_call", "all_arguments"]
-feature = "retry"
 reason = "a stated consequence"
 """
 
