@@ -1,11 +1,16 @@
-"""A pytest plugin for Celery's own integration suite: every task of the suite gets
-``celery_idem.IdempotentTask`` as its base (``-p tests.compat.plugin``; tests/compat/suite.py
-loads it with ``IDEM_COMPAT_KEYS`` naming the key kind).
+"""A pytest plugin for Celery's own integration suite (``-p tests.compat.plugin``; loaded
+by tests/compat/suite.py in every run, ``IDEM_COMPAT_KEYS`` naming the key kind, empty for
+plain Celery).
 
+In every run, each test's timeout is ``IDEM_COMPAT_TIMEOUT`` seconds: Celery's ``@flaky``
+tests carry a ``timeout(300)`` marker of their own, which would let a hang cost five
+minutes.
+
+With a key kind, every task of the suite gets ``celery_idem.IdempotentTask`` as its base.
 The suite builds its app from ``celery.contrib.pytest``'s ``celery_parameters`` fixture,
 so ``task_cls`` goes there; its tasks are ``shared_task``s without a ``base``, so each
-becomes a subclass of the app's ``Task``, i.e. of the class below. The key kinds, as the
-README recommends them:
+becomes a subclass of the app's ``Task``, i.e. of ``CompatTask`` below. The key kinds, as
+the README recommends them:
 
 - ``per_call``: ``PER_CALL``; each publish of the test itself (the pytest process's main
   thread, outside any body) gets a fresh key, as a caller passing ``idempotency_key=``
@@ -39,14 +44,8 @@ import pytest
 
 KINDS = ("per_call", "template", "all_arguments")
 _PYTEST_PID = os.getpid()
-_created: list[str] = []
-
-
-def _kind() -> str:
-    kind = os.environ.get("IDEM_COMPAT_KEYS", "")
-    if kind not in KINDS:
-        raise pytest.UsageError(f"IDEM_COMPAT_KEYS must be one of {KINDS}, not {kind!r}")
-    return kind
+_KIND = pytest.StashKey[str]()
+_DATABASE = pytest.StashKey[str]()
 
 
 def template_for(run: Any) -> str | None:
@@ -87,43 +86,53 @@ def task_class(kind: str) -> type:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    kind = _kind()
+    kind = os.environ.get("IDEM_COMPAT_KEYS", "")
+    if kind and kind not in KINDS:
+        raise pytest.UsageError(f"IDEM_COMPAT_KEYS must be empty or one of {KINDS}, not {kind!r}")
+    config.stash[_KIND] = kind
+    if not kind:
+        return
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_app.settings")
     import django
 
     django.setup()
     from django.db import connection
 
-    import celery_idem.tasks  # noqa: F401 - celery_idem.replaced, as the worker has it
+    import celery_idem.tasks  # noqa: F401 - celery_idem.replaced, as a worker has it
 
-    _created.append(connection.settings_dict["NAME"])
+    config.stash[_DATABASE] = connection.settings_dict["NAME"]
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    config.stash[_KIND] = kind
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if not _created:
+    if _DATABASE not in config.stash:
         return
     from django.db import connection
 
     from celery_idem import connection as bookkeeping
 
     bookkeeping.close_bookkeeping_connections()
-    connection.creation.destroy_test_db(_created.pop(), verbosity=0)
+    connection.creation.destroy_test_db(config.stash[_DATABASE], verbosity=0)
 
 
-_KIND = pytest.StashKey[str]()
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seconds = int(os.environ.get("IDEM_COMPAT_TIMEOUT", "30"))
+    for item in items:
+        item.add_marker(pytest.mark.timeout(seconds), append=False)
 
 
 @pytest.fixture(scope="session")
 def celery_parameters(request: pytest.FixtureRequest) -> dict[str, Any]:
-    return {"task_cls": task_class(request.config.stash[_KIND])}
+    kind = request.config.stash[_KIND]
+    return {"task_cls": task_class(kind)} if kind else {}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _every_task_idempotent(celery_session_app: Any) -> None:
+def _every_task_idempotent(request: pytest.FixtureRequest, celery_session_app: Any) -> None:
     """Stop the run, rather than let it pass as plain Celery, if the suite's app did not
     take ``task_cls``."""
+    if not request.config.stash[_KIND]:
+        return
     from celery_idem import IdempotentTask
 
     if not isinstance(celery_session_app.tasks["t.integration.tasks.add"], IdempotentTask):
@@ -132,10 +141,12 @@ def _every_task_idempotent(celery_session_app: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_job_from_an_earlier_test() -> Iterator[None]:
+def _no_job_from_an_earlier_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """Empty the job tables after each test (autouse: set up before, torn down after the
     suite's ``manager``, which waits for the worker to be idle)."""
     yield
+    if not request.config.stash[_KIND]:
+        return
     from django.apps import apps
     from django.core.management.color import no_style
     from django.db import connection

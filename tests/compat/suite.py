@@ -34,8 +34,6 @@ NEEDED = ("t/__init__.py", "t/canvas_helpers.py", "t/integration/", "pyproject.t
 RUNS: dict[str, str | None] = {
     "plain": None, "per_call": "per_call", "template": "template",
     "all_arguments": "all_arguments"}
-#: A test that takes longer than this (seconds) fails: a hang is a failure, not a stuck CI.
-TIMEOUT = int(os.environ.get("IDEM_COMPAT_TIMEOUT", "30"))
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,6 @@ def run_all(tarball: Path, workdir: Path, selection: Selection) -> dict[str, Out
 def _start(name: str, suite: Path, workdir: Path, run_id: str,
            selection: Selection) -> subprocess.Popen[bytes]:
     kind = RUNS[name]
-    plugin = ["-p", "tests.compat.plugin"] if kind else []
     env = {
         **os.environ, "PYTHONPATH": os.pathsep.join([str(suite), str(ROOT)]),
         "TEST_BROKER": os.environ.get("IDEM_BROKER", f"{REDIS}/12"),
@@ -111,9 +108,9 @@ def _start(name: str, suite: Path, workdir: Path, run_id: str,
     configure(suite, f"idem-compat-{run_id}-{name}:")
     log = (workdir / f"{name}.log").open("wb")
     # Celery's fixtures (celery_parameters among them) are a plugin its conftest does not
-    # load; the extension's, after it, overrides celery_parameters.
+    # load; tests/compat/plugin.py, after it, overrides celery_parameters.
     return subprocess.Popen([
-        sys.executable, "-m", "pytest", *MODULES, "-p", "celery.contrib.pytest", *plugin,
-        "-p", "no:django", "-p", "no:cacheprovider", f"--timeout={TIMEOUT}",
+        sys.executable, "-m", "pytest", *MODULES, "-p", "celery.contrib.pytest",
+        "-p", "tests.compat.plugin", "-p", "no:django", "-p", "no:cacheprovider",
         f"--junitxml={workdir / f'{name}.xml'}", "-q", "-o", "junit_family=xunit1",
         *selection.arguments()], cwd=suite, env=env, stdout=log, stderr=subprocess.STDOUT)
