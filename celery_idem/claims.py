@@ -170,12 +170,14 @@ class Claim:
         return False
 
     def schedule_retry(self, not_before: datetime | None, reason: str,
-                       message: dict[str, Any] | None = None) -> bool:
+                       message: dict[str, Any] | None = None,
+                       arguments: dict[str, Any] | None = None) -> bool:
         """Back to PENDING; the retry message claims again with the next attempt.
-        ``message``: the retry's envelope, which a later re-send sends (its retry count)."""
+        ``message``: the retry's envelope, which a later re-send sends (its retry count);
+        ``arguments``: the retry's new fingerprint and stored arguments, if it has any."""
         kept: dict[str, Any] = {"message": message} if message is not None else {}
         return self._move("retry_scheduled", reason, not_before=not_before,
-                          lease_expires_at=None, **kept)
+                          lease_expires_at=None, **kept, **(arguments or {}))
 
     def release(self, reason: str) -> bool:
         """Back to PENDING now, for another attempt to claim."""

@@ -34,6 +34,10 @@ PER_CALL: Final = _KeySource("PER_CALL")
 
 KeySourceType = str | Callable[..., str]
 
+#: The names of a ``typing=False`` call's arguments that do not fit its signature.
+UNBOUND_ARGS: Final = "*"
+UNBOUND_KWARGS: Final = "**"
+
 
 def validate_key(key: Any) -> str:
     """Return ``key`` if it is a usable key, else raise InvalidKey."""
@@ -59,6 +63,8 @@ class KeySpec:
         self.task_name = task_name
         self.signature = signature
         self.source = source
+        #: False for a task declared ``typing=False`` (IdempotentTask.bind sets it).
+        self.typed = True
         self._simple = _simple_parameters(signature)
         if source is None:
             raise ConfigurationError(
@@ -88,13 +94,24 @@ class KeySpec:
         return self.source is PER_CALL
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The arguments by parameter name, defaults applied (what the fingerprint covers)."""
+        """The arguments by parameter name, defaults applied (what the fingerprint covers).
+
+        A call that does not fit the signature raises TypeError at publish, as Celery's
+        own check does; under ``typing=False`` Celery leaves that to the body on the
+        worker, so its arguments are kept as given (``UNBOUND_ARGS``/``UNBOUND_KWARGS``,
+        no parameter can have those names) and the body raises its TypeError there.
+        """
         if self._simple is not None:
             fast = _bind_simple(self._simple, args, kwargs)
             if fast is not None:
                 return fast
         # Anything else (and every call that does not fit, for its TypeError): inspect's.
-        bound = self.signature.bind(*args, **kwargs)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            if self.typed:
+                raise
+            return {UNBOUND_ARGS: list(args), UNBOUND_KWARGS: dict(kwargs)}
         bound.apply_defaults()
         return dict(bound.arguments)
 

@@ -11,7 +11,6 @@ it marks it instead, and the worker fails it with the same error without running
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -26,11 +25,12 @@ from django.utils import timezone
 
 from . import envelope, errors
 from .backends import Change, Intent, get_backend
+from .children import BASE_HEADER, CHORD_UNLOCK, child_key, header, publishing_task, running_parent
 from .claims import persistence
 from .conf import settings
 from .connection import release_bookkeeping
 from .errors import IdempotencyError, KeyMismatch
-from .fingerprints import canonical_json, fingerprint
+from .fingerprints import fingerprint
 from .keys import KeySpec, validate_key
 from .states import State
 
@@ -42,15 +42,6 @@ KEY_HEADER = "celery_idem_key"
 ERROR_HEADER = "celery_idem_error"
 #: apply_async options that decide where a message goes, kept to re-dispatch it.
 ROUTING_OPTIONS = ("queue", "routing_key", "exchange", "priority")
-
-
-def header(request: Any, name: str) -> Any:
-    """A custom header of the message ``request`` runs: a worker puts custom headers on
-    the request itself, eager mode nests them under ``headers``."""
-    value = getattr(request, name, None)
-    if value is None:
-        value = (getattr(request, "headers", None) or {}).get(name)
-    return value
 
 
 def build_intent(spec: KeySpec, namespace: str, task_name: str, args: Any = None,
@@ -125,21 +116,6 @@ def delivery_options(options: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def running_parent() -> Any:
-    """The idempotent task whose claimed body is running in this worker process, if any."""
-    task = current_app.current_worker_task
-    if task is not None and getattr(task.request, "_idem_claim", None) is not None:
-        return task
-    return None
-
-
-def child_key(parent: Any, child_name: str, args: Any, kwargs: Any) -> str:
-    """A key for a child sent without one: stable across re-runs of the parent."""
-    parts = [parent.namespace, parent.request.idempotency_key, child_name,
-             fingerprint([list(args or ()), dict(kwargs or {})])]
-    return "child-" + hashlib.sha256(canonical_json(parts).encode()).hexdigest()
-
-
 def in_transaction() -> bool:
     """Whether the caller is inside ``transaction.atomic()`` on the job database."""
     return bool(transaction.get_connection(settings.DATABASE).in_atomic_block)
@@ -190,8 +166,10 @@ def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
         validate_key(headers[KEY_HEADER])
         return _resend(task, parent, producer, publish, {**options, "headers": headers})
     spec: KeySpec = task.key_spec()
-    if key is None and spec.per_call and parent is not None:
-        key = child_key(parent, task.name, args, kwargs)
+    if key is None and spec.per_call:
+        sender = publishing_task()
+        if sender is not None:
+            key, headers[BASE_HEADER] = child_key(sender, task.name, args, kwargs, options)
     job = build_intent(spec, task.namespace, task.name, args, kwargs, key,
                        delivery_options(options))
     if parent is not None:  # the parent -> child link, shown on both jobs' admin pages
@@ -259,7 +237,13 @@ def refused_error(request: Any) -> IdempotencyError | None:
 
 def on_before_task_publish(sender: str | None = None, headers: dict[str, Any] | None = None,
                            body: Any = None, **_: Any) -> None:
-    """Give a ``send_task`` message of a known idempotent task its key and intent."""
+    """Give a ``send_task`` message of a known idempotent task its key and intent, and
+    a ``chord_unlock`` sent on a job's behalf the base of its chord body's key."""
+    if headers is not None and headers.get("task") == CHORD_UNLOCK:
+        running = publishing_task()
+        if running is not None:
+            headers[BASE_HEADER] = running.request.idempotency_key
+        return
     if headers is None or KEY_HEADER in headers:
         return  # apply_async already did the work
     task = current_app.tasks.get(headers.get("task") or sender or "")

@@ -12,14 +12,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from typing import Any
 
 from celery.exceptions import Ignore, Reject, Retry
 from django.db import transaction
-from django.utils import timezone
 
-from . import claims
+from . import claims, retries
 from .backends import ClaimOutcome, Intent
 from .conf import settings
 from .errors import (
@@ -86,8 +84,10 @@ class Run:
         try:
             result = self.body(*self.args, **self.kwargs)
         except Retry as exc:
-            claim.schedule_retry(_retry_eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500],
-                                 getattr(self.request, "_idem_sent_message", None))
+            arguments = retries.new_arguments(self.task, self.intent, self.args, self.kwargs,
+                                              exc)
+            claim.schedule_retry(retries.eta(exc), f"retry: {exc.exc or exc.message or ''}"[:500],
+                                 getattr(self.request, "_idem_sent_message", None), arguments)
             raise
         except (Ignore, Reject) as exc:
             if not getattr(self.request, "_idem_replaced", False):
@@ -136,9 +136,11 @@ class Run:
             raise
         except Retry as exc:
             # The body's writes and the claim rolled back; record the attempt and the retry.
-            eta = _retry_eta(exc)
+            eta = retries.eta(exc)
             sent = getattr(self.request, "_idem_sent_message", None)
-            self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry", sent))
+            arguments = retries.new_arguments(self.task, self.intent, self.args, self.kwargs,
+                                              exc)
+            self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry", sent, arguments))
             raise
         except (Ignore, Reject):
             raise  # rolled back to PENDING, which is where a released claim goes
@@ -181,6 +183,9 @@ class Run:
         if row is None:
             raise PersistenceError(f"job {intent.namespace}:{intent.key} vanished mid-claim")
         if row.fingerprint != intent.fingerprint:
+            if row.state is State.RUNNING and self.request.retries:
+                # A retry with new arguments that came before its attempt recorded them.
+                return self.wait(InProgress(f"attempt {row.attempt} holds the claim"))
             raise mismatch(intent, row)
         if row.state is State.SUCCEEDED:
             return row.result
@@ -282,12 +287,3 @@ def _waited(waits: int) -> float:
     """Seconds ``waits`` re-queues of ``Run.wait`` have waited so far."""
     return sum(min(settings.IN_PROGRESS_MAX_BACKOFF, settings.IN_PROGRESS_BACKOFF * 2 ** i)
                for i in range(min(waits, 64)))
-
-
-def _retry_eta(exc: Retry) -> datetime | None:
-    when = exc.when
-    if isinstance(when, datetime):
-        return when
-    if isinstance(when, int | float):
-        return timezone.now() + timedelta(seconds=when)
-    return None

@@ -138,9 +138,11 @@ MOVES: dict[str, Move] = {m.event: m for m in [
        _("handed to its replacement")),
     _m("succeeded", {R}, S, _FENCED, _ENDS | {"result"}, _("succeeded"), recorded=False),
     _m("failed", {R}, F, _FENCED, _ENDS | {"error"}, _("failed")),
-    # The retry's own message (its envelope) replaces the one a re-send would send.
+    # The retry's own message (its envelope) replaces the one a re-send would send; a
+    # retry with new arguments (self.retry(args=..., kwargs=...)) moves them too.
     _m("retry_scheduled", {R}, P, _FENCED, {"not_before", "lease_expires_at", "message",
-                                            "expires_at"}, _("retry scheduled")),
+                                            "expires_at", "fingerprint", "args", "kwargs"},
+       _("retry scheduled")),
     # Stale claim, worker lost, worker shut down, or an operator.
     _m("released", {R}, P, _FENCED, {"lease_expires_at", "worker"} | RESEND_COLUMNS,
        _("released")),

@@ -120,6 +120,13 @@ class IdempotentTask(DjangoTask):
             raise ConfigurationError("max_attempts must be at least 1")
 
     @classmethod
+    def bind(cls, app: Any) -> Any:
+        bound = super().bind(app)  # settles typing (None: the app's strict_typing)
+        if cls._key_spec is not None:
+            cls._key_spec.typed = cls.typing is not False
+        return bound
+
+    @classmethod
     def key_spec(cls) -> KeySpec:
         """The checked key declaration of this task."""
         if cls._key_spec is None:

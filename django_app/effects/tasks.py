@@ -281,4 +281,5 @@ def retries_twice(self, n, first_countdown=0):
 
 
 from .chaos_tasks import *  # noqa: E402,F403  (the chaos suite's tasks, tests/chaos)
+from .compat_tasks import *  # noqa: E402,F403  (Celery-suite shaped PER_CALL tasks)
 from .path_tasks import *  # noqa: E402,F403  (registered with the other test tasks)

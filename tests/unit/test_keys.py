@@ -213,3 +213,22 @@ class TestBind:
             assert spec._simple is None
         spec = KeySpec("t.bind", PER_CALL, inspect.signature(lambda a, *rest, k=1: 0))
         assert spec.bind((1, 2, 3), {}) == {"a": 1, "rest": (2, 3), "k": 1}
+
+
+def test_an_untyped_task_keeps_arguments_that_do_not_fit_as_given():
+    untyped = make_task(ship, idempotency_key=ALL_ARGUMENTS, typing=False, name="untyped-all")
+    intent = untyped.intent((), {"wrong": 1})
+    assert intent.fingerprint == fingerprint({"*": [], "**": {"wrong": 1}})
+    assert untyped.intent((7,)).fingerprint == untyped.intent(kwargs={"order_id": 7}).fingerprint
+
+
+def test_an_untyped_template_key_over_arguments_that_do_not_fit_is_invalid():
+    untyped = make_task(ship, idempotency_key="ship/{order_id}", typing=False,
+                        name="untyped-template")
+    with pytest.raises(InvalidKey, match="failed on these arguments"):
+        untyped.intent((), {"wrong": 1})
+
+
+def test_a_typed_task_refuses_arguments_that_do_not_fit():
+    with pytest.raises(TypeError):
+        make_task(ship, idempotency_key=ALL_ARGUMENTS, name="typed-all").intent((), {"wrong": 1})
