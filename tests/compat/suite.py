@@ -105,6 +105,10 @@ def _start(name: str, suite: Path, workdir: Path, run_id: str,
         "TEST_BACKEND": os.environ.get("IDEM_RESULTS", f"{REDIS}/13"),
         "IDEM_COMPAT_KEYS": kind or "", "IDEM_PG_NAME": f"idem_compat_{run_id}_{name}",
         "IDEM_VAR_DIR": str(workdir / name / "var")}
+    if not kind:
+        # Plain Celery: no Django. With this set (pytest-django sets it in the tier's own
+        # process), Celery's Django fixup would set up the test project on the worker.
+        env.pop("DJANGO_SETTINGS_MODULE", None)
     configure(suite, f"idem-compat-{run_id}-{name}:")
     log = (workdir / f"{name}.log").open("wb")
     # Celery's fixtures (celery_parameters among them) are a plugin its conftest does not
