@@ -2,9 +2,9 @@
 by tests/compat/suite.py in every run, ``IDEM_COMPAT_KEYS`` naming the key kind, empty for
 plain Celery).
 
-In every run, each test's timeout is ``IDEM_COMPAT_TIMEOUT`` seconds: Celery's ``@flaky``
-tests carry a ``timeout(300)`` marker of their own, which would let a hang cost five
-minutes.
+In every run, each test's timeout is ``IDEM_COMPAT_TIMEOUT`` seconds (tests/compat/suite.py
+sets it): Celery's ``@flaky`` tests carry a ``timeout(300)`` marker of their own, which
+would let a hang cost five minutes.
 
 With a key kind, every task of the suite gets ``celery_idem.IdempotentTask`` as its base.
 The suite builds its app from ``celery.contrib.pytest``'s ``celery_parameters`` fixture,
@@ -116,7 +116,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    seconds = int(os.environ.get("IDEM_COMPAT_TIMEOUT", "30"))
+    seconds = int(os.environ["IDEM_COMPAT_TIMEOUT"])
     for item in items:
         item.add_marker(pytest.mark.timeout(seconds), append=False)
 
