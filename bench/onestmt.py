@@ -41,10 +41,11 @@ from celery_idem.backends.postgresql import _row
 from celery_idem.backends.values import ROW_COLUMNS
 from celery_idem.conf import settings
 from celery_idem.errors import PersistenceError
-from celery_idem.job_transaction import job_transaction
+from celery_idem.job_transaction import atomic_alias, job_transaction
 from celery_idem.models import Job
 from celery_idem.producer import refused_error
-from celery_idem.runner import Run, _retry_eta, atomic_alias, storable
+from celery_idem.retries import eta as retry_eta
+from celery_idem.runner import Run, storable
 from celery_idem.signals import announce
 from celery_idem.states import State
 
@@ -142,7 +143,7 @@ def run_one_statement(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     except _Lost as lost:
         return message.not_claimed(ClaimOutcome(False, lost.row))
     except Retry as exc:
-        eta, sent = _retry_eta(exc), getattr(message.request, "_idem_sent_message", None)
+        eta, sent = retry_eta(exc), getattr(message.request, "_idem_sent_message", None)
         message.record_rolled_back(lambda c: c.schedule_retry(eta, "retry", sent))
         raise
     except (Ignore, Reject):

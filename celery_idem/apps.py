@@ -13,13 +13,13 @@ class CeleryIdemConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from celery import signals
+        from celery import current_app, signals
 
         from . import checks, checks_mysql  # noqa: F401 - importing registers the checks
+        from .by_name import install, on_before_task_publish
         from .connection import on_shutdown, on_task_postrun
         from .leader import release_held
         from .pools import note_pool
-        from .producer import on_before_task_publish
         from .recovery.worker import on_worker_shutdown
         from .worker_connections import on_worker_init
 
@@ -48,3 +48,6 @@ class CeleryIdemConfig(AppConfig):
         # live as long as the process; a dispatch_uid each, so each connects once.
         for signal, receiver, uid in receivers:
             signal.connect(receiver, weak=False, dispatch_uid=f"celery_idem.{uid}")
+        # app.send_task takes idempotency_key= and refuses a PER_CALL task without one
+        # at the call (celery_idem.by_name); the project's app is current by now.
+        install(current_app)

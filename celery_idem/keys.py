@@ -56,6 +56,14 @@ def validate_key(key: Any) -> str:
     return key
 
 
+def missing_key(task_name: str) -> MissingKey:
+    """The error of a ``PER_CALL`` task sent without a key, naming the ways to give one."""
+    return MissingKey(
+        f"task {task_name} takes its idempotency key per call: pass "
+        "apply_async(..., idempotency_key=...) or app.send_task(..., idempotency_key=...)"
+    )
+
+
 class KeySpec:
     """A task's key declaration, checked against the signature of its body."""
 
@@ -119,10 +127,7 @@ class KeySpec:
         """The key for one call; raises MissingKey for a PER_CALL task."""
         source = self.source
         if source is PER_CALL:
-            raise MissingKey(
-                f"task {self.task_name} takes its idempotency key per call: "
-                "pass apply_async(..., idempotency_key=...)"
-            )
+            raise missing_key(self.task_name)
         if source is ALL_ARGUMENTS:
             return fingerprint(bound)
         if isinstance(source, str):

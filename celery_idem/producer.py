@@ -3,10 +3,7 @@
 ``IdempotentTask.apply_async`` (``delay``, signatures, chains, groups) calls ``send``:
 compute the key and the fingerprint (raising bad input before anything is sent), write
 the PENDING intent, put the key in the message headers. ``app.send_task("name")``
-bypasses ``apply_async``; the ``before_task_publish`` hook covers it when the task class
-is known to the producer. Celery's signal dispatcher swallows a receiver's exceptions
-(``celery.utils.dispatch.signal.Signal.send``), so the hook cannot stop such a message:
-it marks it instead, and the worker fails it with the same error without running it.
+bypasses ``apply_async``: ``celery_idem.by_name`` covers it.
 """
 
 from __future__ import annotations
@@ -14,18 +11,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
+from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from celery import current_app
 from celery.utils import uuid
 from django.db import connections, transaction
 from django.utils import timezone
 
 from . import envelope, errors
 from .backends import Change, Intent, get_backend
-from .children import BASE_HEADER, CHORD_UNLOCK, child_key, header, publishing_task, running_parent
+from .children import BASE_HEADER, child_key, header, publishing_task, running_parent
 from .claims import persistence
 from .conf import settings
 from .connection import release_bookkeeping
@@ -40,6 +37,11 @@ logger = logging.getLogger(__name__)
 KEY_HEADER = "celery_idem_key"
 #: Header the publish hook sets when it could not accept a send_task message.
 ERROR_HEADER = "celery_idem_error"
+#: Header of a send_task message with a key whose intent the producer could not write
+#: (the task is not registered there): the worker writes it when it claims.
+UNWRITTEN_HEADER = "celery_idem_unwritten"
+#: Set while ``send`` publishes: the message already has its intent and key.
+SENDING: ContextVar[bool] = ContextVar("celery_idem_sending", default=False)
 #: apply_async options that decide where a message goes, kept to re-dispatch it.
 ROUTING_OPTIONS = ("queue", "routing_key", "exchange", "priority")
 
@@ -116,6 +118,17 @@ def delivery_options(options: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def derived_key(spec: KeySpec, name: str, args: Any, kwargs: Any, options: dict[str, Any],
+                headers: dict[str, Any]) -> str | None:
+    """The key of a ``PER_CALL`` message sent without one on a job's behalf (its base
+    goes in ``headers``); None outside a job, or for a task that makes its own key."""
+    sender = publishing_task() if spec.per_call else None
+    if sender is None:
+        return None
+    key, headers[BASE_HEADER] = child_key(sender, name, args, kwargs, options)
+    return key
+
+
 def in_transaction() -> bool:
     """Whether the caller is inside ``transaction.atomic()`` on the job database."""
     return bool(transaction.get_connection(settings.DATABASE).in_atomic_block)
@@ -147,6 +160,16 @@ def _send_committed(app: Any, body: Any, kwargs: dict[str, Any], job_id: int | N
 
 def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
          key: str | None, publish: Callable[[dict[str, Any]], Any]) -> Any:
+    """``_send`` with ``SENDING`` set: the publish hook leaves its message alone."""
+    token = SENDING.set(True)
+    try:
+        return _send(task, args, kwargs, options, key, publish)
+    finally:
+        SENDING.reset(token)
+
+
+def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
+          key: str | None, publish: Callable[[dict[str, Any]], Any]) -> Any:
     """Write the intent of ``task(*args, **kwargs)`` and publish its message.
 
     ``publish(options)`` sends the message (Celery's own ``apply_async``) with the final
@@ -166,10 +189,8 @@ def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
         validate_key(headers[KEY_HEADER])
         return _resend(task, parent, producer, publish, {**options, "headers": headers})
     spec: KeySpec = task.key_spec()
-    if key is None and spec.per_call:
-        sender = publishing_task()
-        if sender is not None:
-            key, headers[BASE_HEADER] = child_key(sender, task.name, args, kwargs, options)
+    if key is None:
+        key = derived_key(spec, task.name, args, kwargs, options, headers)
     job = build_intent(spec, task.namespace, task.name, args, kwargs, key,
                        delivery_options(options))
     if parent is not None:  # the parent -> child link, shown on both jobs' admin pages
@@ -233,30 +254,3 @@ def refused_error(request: Any) -> IdempotencyError | None:
     if not (isinstance(cls, type) and issubclass(cls, IdempotencyError)):
         cls = IdempotencyError
     return cls(refused.get("message") or None)
-
-
-def on_before_task_publish(sender: str | None = None, headers: dict[str, Any] | None = None,
-                           body: Any = None, **_: Any) -> None:
-    """Give a ``send_task`` message of a known idempotent task its key and intent, and
-    a ``chord_unlock`` sent on a job's behalf the base of its chord body's key."""
-    if headers is not None and headers.get("task") == CHORD_UNLOCK:
-        running = publishing_task()
-        if running is not None:
-            headers[BASE_HEADER] = running.request.idempotency_key
-        return
-    if headers is None or KEY_HEADER in headers:
-        return  # apply_async already did the work
-    task = current_app.tasks.get(headers.get("task") or sender or "")
-    key_spec = getattr(task, "key_spec", None)
-    if task is None or key_spec is None:
-        return  # not an idempotent task
-    args, kwargs = (body[0], body[1]) if isinstance(body, list | tuple) else ((), {})
-    try:
-        job = build_intent(key_spec(), task.namespace, task.name, args, kwargs)
-        write_intent(job, headers.get("id", ""))
-    except (IdempotencyError, TypeError) as exc:
-        logger.error("refused send_task(%r): %s", task.name, exc,
-                     extra={"action": "publish_refused"})
-        headers[ERROR_HEADER] = {"type": type(exc).__name__, "message": str(exc)}
-        return
-    headers[KEY_HEADER] = job.key

@@ -31,7 +31,7 @@ from django.db import transaction
 from . import claims
 from .backends import JobRow, get_backend
 from .conf import settings
-from .errors import ClaimLost, ResultNotJSON, StoredFailure
+from .errors import ClaimLost, ConfigurationError, ResultNotJSON, StoredFailure
 from .fingerprints import check_json
 from .states import State
 
@@ -55,6 +55,14 @@ def replacement(task: Any, sig: Any) -> Any:
     claim = _claim(task)
     if claim is None:
         return sig  # eager (Celery runs sig in place) or not claimed
+    if REPLACED_TASK not in task.app.tasks:
+        # Sent anyway, the step would be refused as unregistered and the key would wait
+        # for it for ever: fail now (the body's claim fails with this error).
+        raise ConfigurationError(
+            f"{task.name} replaced itself, but this worker has not imported "
+            f"celery_idem.tasks ({REPLACED_TASK} is not registered), which commits a "
+            "replacement's result: call app.autodiscover_tasks() with celery_idem in "
+            "INSTALLED_APPS, or add 'celery_idem.tasks' to the app's imports")
     return sig | task.app.signature(REPLACED_TASK, args=(settings.DATABASE, claim.job_id,
                                                          claim.attempt))
 

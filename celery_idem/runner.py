@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery.exceptions import Ignore, Reject, Retry
+from celery.result import ResultBase
 from django.db import transaction
 
 from . import claims, retries
@@ -22,7 +23,6 @@ from .backends import ClaimOutcome, Intent
 from .conf import settings
 from .errors import (
     ClaimLost,
-    ConfigurationError,
     Expired,
     InProgress,
     IntentMissing,
@@ -31,8 +31,15 @@ from .errors import (
     StoredFailure,
 )
 from .fingerprints import check_json
-from .job_transaction import job_transaction
-from .producer import KEY_HEADER, build_intent, header, mismatch, refused_error
+from .job_transaction import atomic_alias, job_transaction
+from .producer import (
+    KEY_HEADER,
+    UNWRITTEN_HEADER,
+    build_intent,
+    header,
+    mismatch,
+    refused_error,
+)
 from .replacement import Replaced, handed_over, settle
 from .states import State
 
@@ -57,7 +64,8 @@ class Run:
         self.request.idempotency_key = self.intent.key
         #: Sent by the library's producer, which wrote the intent first (see missing_intent);
         #: an eager ``apply`` runs here and now, with no transaction to wait for.
-        self.published = key is not None and not self.request.is_eager
+        self.published = (key is not None and not self.request.is_eager
+                          and not header(self.request, UNWRITTEN_HEADER))
         self.worker = claims.worker_id(self.request.hostname, os.getpid())
         self.lease = task.lease_seconds()
 
@@ -101,11 +109,11 @@ class Run:
             claim.release("the worker stopped during the body")
             raise
         try:
-            storable(result)
+            stored = storable(result)
         except ResultNotJSON as error:
             claim.fail(error)
             raise
-        claim.succeed(result)
+        claim.succeed(stored)
         return result
 
     # -- atomic mode ---------------------------------------------------------------------
@@ -124,9 +132,9 @@ class Run:
                     except Replaced as exc:
                         replaced = exc  # commit the body's writes and the hand-over
                     else:
-                        storable(result)
+                        stored = storable(result)
                         commit.started = True  # what fails from here is the database
-                        if not claim.succeed(result, ends_transaction=True):
+                        if not claim.succeed(stored, ends_transaction=True):
                             raise ClaimLost(
                                 f"attempt {claim.attempt} lost its claim; its writes roll back")
                         return result
@@ -248,39 +256,27 @@ class Run:
 
 def run(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], body: Body) -> Any:
     """Run one message of the idempotent ``task``; ``body`` is the task's own body."""
-    refused = refused_error(task.request)
+    request = task.request
+    refused = refused_error(request)
     if refused is not None:
         raise refused
+    if request.is_eager and task.key_spec().per_call and header(request, KEY_HEADER) is None:
+        return body(*args, **kwargs)  # apply() without a key: a plain call (task.apply)
     message = Run(task, args, kwargs, body)
     return message.atomic() if task.atomic else message.plain()
 
 
-def atomic_alias(task: Any) -> str:
-    """The job database, once it is certain that an atomic body writes there too.
-
-    ``atomic=True`` is one transaction on the job database: writes the body makes on
-    another alias would survive a rollback. So when the job tables are not on
-    ``"default"`` (where models write unless routed), the task must say where its body
-    writes (``atomic_database=``), and that must be the job database.
-    """
-    using: str = settings.DATABASE
-    declared = getattr(task, "atomic_database", None)
-    if declared is None and using == "default" or declared == using:
-        return using
-    raise ConfigurationError(
-        f"{task.name} is atomic=True, but its job rows live on database {using!r} and "
-        + (f"it declares atomic_database={declared!r}" if declared is not None else
-           "it does not declare the database its body writes to")
-        + ": its writes elsewhere would not roll back with the job. Write on "
-        f"{using!r} and declare atomic_database={using!r}, or drop atomic=True")
-
-
-def storable(result: Any) -> None:
-    """Raise ResultNotJSON unless ``result`` can be stored and replayed."""
+def storable(result: Any) -> Any:
+    """``result`` as stored and replayed: a Celery result (a chain or group the body
+    started) as the tuple Celery's result backend stores for it; ResultNotJSON unless
+    that is JSON."""
+    if isinstance(result, ResultBase):
+        result = result.as_tuple()
     try:
         check_json(result, "the task's result")
     except TypeError as exc:
         raise ResultNotJSON(str(exc)) from exc
+    return result
 
 
 def _waited(waits: int) -> float:

@@ -23,8 +23,8 @@ from . import pools, replacement, runner, steps
 from .backends import Intent
 from .conf import settings
 from .errors import ConfigurationError
-from .keys import KeySpec, body_signature
-from .producer import build_intent, send
+from .keys import KeySpec, body_signature, validate_key
+from .producer import KEY_HEADER, build_intent, send
 
 IN_PROGRESS_POLICIES = ("retry", "ignore", "raise")
 #: Celery's built-in tasks that call a task's body directly, once per item.
@@ -206,12 +206,38 @@ class IdempotentTask(DjangoTask):
         Raises (before anything is sent) ArgumentsNotJSON, InvalidKey, MissingKey or
         KeyMismatch.
         """
+        args, kwargs = self.sent_arguments(args, kwargs)
+
         def publish(final: dict[str, Any]) -> Any:
             return super(IdempotentTask, self).apply_async(
                 args, kwargs, link=link, link_error=link_error, shadow=shadow, **final)
 
         return send(self, args, kwargs, {**options, "task_id": task_id, "producer": producer},
                     idempotency_key, publish)
+
+    def apply(self, args: Any = None, kwargs: Any = None, *more: Any,
+              idempotency_key: str | None = None, **options: Any) -> Any:
+        """Celery's eager ``apply``; ``idempotency_key=`` overrides the declared key.
+
+        With a key (given, or declared by a template, a callable or ALL_ARGUMENTS) the call
+        claims it and commits like a worker, so it runs once per key. A ``PER_CALL`` task
+        applied without one has no key: its body runs as a plain call, writing no row.
+        """
+        if idempotency_key is not None:
+            options["headers"] = {**(options.get("headers") or {}),
+                                  KEY_HEADER: validate_key(idempotency_key)}
+        args, kwargs = self.sent_arguments(args, kwargs)
+        return super().apply(args, kwargs, *more, **options)
+
+    def sent_arguments(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """The arguments as the message carries them: a ``pydantic=True`` task's models
+        dumped to JSON as Celery (5.7+) dumps them before sending, so the intent stores and
+        fingerprints what the worker receives (and validates back into models)."""
+        dump = getattr(self, "_dump_pydantic_arguments", None)
+        if dump is None:
+            return args, kwargs
+        dumped: tuple[Any, Any] = dump(args, kwargs)
+        return dumped
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
         """``delay`` whose message leaves when the transaction on the job database commits.

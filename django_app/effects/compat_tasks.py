@@ -4,11 +4,19 @@ link callbacks, group members) must get their keys without the caller's help."""
 
 from __future__ import annotations
 
-from celery import shared_task
+import os
+
+from celery import group, shared_task
 
 from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask
 
-from .tasks import _effect
+from .models import Effect
+
+
+def _effect(task, **value) -> Effect:
+    """The body's effect, under its key (``"no-key"``: applied eagerly without one)."""
+    return Effect.objects.create(key=task.idempotency_key or "no-key", value=value,
+                                 attempt=task.attempt, pid=os.getpid())
 
 
 @shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
@@ -50,3 +58,25 @@ def add_untyped(self, x, y):
     """Celery's add_not_typed: its arguments are not checked at publish."""
     _effect(self, x=x, y=y)
     return x + y
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
+def fail_per_call(self, n):
+    _effect(self, n=n)
+    raise ValueError(f"failed {n}")
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
+def errback_per_call(self, task_id):
+    """A link_error callback in Celery's one-argument form: the failed task's id."""
+    _effect(self, failed=task_id)
+    return task_id
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key=PER_CALL)
+def start_chain(self):
+    """Celery's build_chain_inside_task: returns the AsyncResult of a canvas it started,
+    which Celery's result backend stores as its tuple."""
+    _effect(self)
+    return (add_per_call.s(1, 1) | add_per_call.s(2)
+            | group(add_per_call.s(3), add_per_call.s(4)) | sum_per_call.s())()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -283,3 +284,6 @@ def retries_twice(self, n, first_countdown=0):
 from .chaos_tasks import *  # noqa: E402,F403  (the chaos suite's tasks, tests/chaos)
 from .compat_tasks import *  # noqa: E402,F403  (Celery-suite shaped PER_CALL tasks)
 from .path_tasks import *  # noqa: E402,F403  (registered with the other test tasks)
+
+if importlib.util.find_spec("pydantic") is not None:  # in the test extra
+    from .pydantic_tasks import *  # noqa: E402,F403  (Celery's pydantic=True tasks)

@@ -17,8 +17,9 @@ from celery_idem import (
     MissingKey,
     StoredFailure,
 )
+from celery_idem.by_name import on_before_task_publish
 from celery_idem.models import Job, Transition
-from celery_idem.producer import ERROR_HEADER, on_before_task_publish, refused_error
+from celery_idem.producer import ERROR_HEADER, refused_error
 from celery_idem.producer import KEY_HEADER as HEADER
 from django_app.celery import app
 from django_app.effects.models import Effect

@@ -4,10 +4,17 @@ result backend, link callbacks, group members) get their keys by one rule
 
 from __future__ import annotations
 
+import pytest
 from celery import chain, group
 
 from celery_idem.models import Job
-from django_app.effects.compat_tasks import add_per_call, sum_per_call
+from django_app.effects.compat_tasks import (
+    add_per_call,
+    errback_per_call,
+    fail_per_call,
+    start_chain,
+    sum_per_call,
+)
 from django_app.effects.models import Effect
 
 from .jobs import TIMEOUT
@@ -45,3 +52,24 @@ def test_a_per_call_link_callback_gets_its_key_from_the_task_it_follows(worker):
                TIMEOUT, what="the link callback")
     callback = Job.objects.exclude(key="link/1").get()
     assert callback.result == 15 and callback.parent_id == Job.objects.get(key="link/1").id
+
+
+def test_a_per_call_link_error_callback_gets_its_key_from_the_failed_task(worker):
+    failed = fail_per_call.s(7).set(link_error=errback_per_call.s()).apply_async(
+        idempotency_key="link-error/1")
+    with pytest.raises(ValueError):
+        failed.get(timeout=TIMEOUT)
+    callback = wait_until(lambda: Job.objects.filter(state="SUCCEEDED").first(), TIMEOUT,
+                          what="the link_error callback")
+    assert callback.result == failed.id
+    assert callback.parent_id == Job.objects.get(key="link-error/1").id
+
+
+def test_a_body_that_returns_the_result_of_a_canvas_it_started_stores_its_tuple(worker):
+    """Celery's test_groupresult_serialization: the result is stored as the tuple
+    Celery's result backend stores, and a duplicate replays it."""
+    first = start_chain.apply_async(idempotency_key="started/1").get(timeout=TIMEOUT)
+    again = start_chain.apply_async(idempotency_key="started/1").get(timeout=TIMEOUT)
+    assert first == again and len(first) == 2 and isinstance(first[0][1], list)
+    assert Job.objects.get(key="started/1").result == first
+    assert Effect.objects.filter(key="started/1").count() == 1

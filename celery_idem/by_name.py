@@ -1,0 +1,98 @@
+"""``app.send_task(name, ...)``: messages that bypass ``IdempotentTask.apply_async``.
+
+- ``install`` wraps the project's app's ``send_task`` at Django start (``apps.ready``):
+  it takes ``idempotency_key=`` (put in the ``celery_idem_key`` header, which a caller may
+  also set itself), and raises MissingKey at the call when a ``PER_CALL`` task registered
+  in this process is sent without a key outside a job, as ``delay()`` would.
+- ``on_before_task_publish`` (Celery's ``before_task_publish`` signal, every message):
+  a ``send_task`` message of an idempotent task registered here gets its intent written
+  and its key, as ``apply_async`` would. Celery's signal dispatcher swallows a receiver's
+  exceptions (``celery.utils.dispatch.signal.Signal.send``), so the hook cannot stop a
+  bad message: it marks it (``ERROR_HEADER``) and the worker fails it with the same
+  error without running it. A task not registered here has no signature to fingerprint
+  with: a key given for it marks the message ``UNWRITTEN_HEADER`` and the worker writes
+  the intent when it claims; without a key the worker raises MissingKey (late: the
+  producer cannot know the task). A ``chord_unlock`` sent on a job's behalf gets the
+  base of its chord body's key (``celery_idem.children``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from celery import current_app
+
+from .children import BASE_HEADER, CHORD_UNLOCK, publishing_task
+from .errors import IdempotencyError
+from .keys import missing_key, validate_key
+from .producer import (
+    ERROR_HEADER,
+    KEY_HEADER,
+    SENDING,
+    UNWRITTEN_HEADER,
+    build_intent,
+    derived_key,
+    write_intent,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def install(app: Any) -> None:
+    """Wrap ``app.send_task`` (once) with ``checked_send_task``."""
+    if not getattr(app.send_task, "celery_idem", False):
+        app.send_task = functools.partial(checked_send_task, app, app.send_task)
+        app.send_task.celery_idem = True
+
+
+def checked_send_task(app: Any, send_task: Any, name: str, args: Any = None,
+                      kwargs: Any = None, *more: Any, idempotency_key: str | None = None,
+                      **options: Any) -> Any:
+    """``app.send_task`` with ``idempotency_key=``; MissingKey at the call for a
+    ``PER_CALL`` task registered here, sent without a key outside a job."""
+    headers = dict(options.get("headers") or {})
+    if idempotency_key is not None:
+        headers[KEY_HEADER] = validate_key(idempotency_key)
+        options["headers"] = headers
+    task = app.tasks.get(name)
+    spec = task.key_spec() if hasattr(task, "key_spec") else None
+    if (spec is not None and spec.per_call and KEY_HEADER not in headers
+            and publishing_task() is None):
+        raise missing_key(name)
+    return send_task(name, args, kwargs, *more, **options)
+
+
+def on_before_task_publish(sender: str | None = None, headers: dict[str, Any] | None = None,
+                           body: Any = None, **_: Any) -> None:
+    """Give a ``send_task`` message its key and intent (see the module's docstring)."""
+    if headers is None or SENDING.get():
+        return  # apply_async did the work
+    name = headers.get("task") or sender or ""
+    if name == CHORD_UNLOCK:
+        running = publishing_task()
+        if running is not None:
+            headers[BASE_HEADER] = running.request.idempotency_key
+        return
+    task = current_app.tasks.get(name)
+    key_spec = getattr(task, "key_spec", None)
+    if task is None or key_spec is None:
+        if KEY_HEADER in headers:
+            headers[UNWRITTEN_HEADER] = True
+        return  # not an idempotent task here
+    args, kwargs = (body[0], body[1]) if isinstance(body, list | tuple) else ((), {})
+    try:
+        spec = key_spec()
+        key = headers.get(KEY_HEADER)
+        if key is None:
+            options = {"task_id": headers.get("id"), "group_index": headers.get("group_index")}
+            key = derived_key(spec, task.name, args, kwargs, options, headers)
+        job = build_intent(spec, task.namespace, task.name, args, kwargs, key)
+        write_intent(job, headers.get("id", ""))
+    except (IdempotencyError, TypeError) as exc:
+        logger.error("refused send_task(%r): %s", task.name, exc,
+                     extra={"action": "publish_refused"})
+        headers[ERROR_HEADER] = {"type": type(exc).__name__, "message": str(exc)}
+        return
+    headers[KEY_HEADER] = job.key
