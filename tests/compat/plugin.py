@@ -13,9 +13,10 @@ becomes a subclass of the app's ``Task``, i.e. of ``CompatTask`` below. The key 
 the README recommends them:
 
 - ``per_call``: ``PER_CALL``; each publish of the test itself (the pytest process's main
-  thread, outside any body) gets a fresh key, as a caller passing ``idempotency_key=``
-  would. Whatever Celery publishes elsewhere (a worker, the result backend) gets no help
-  here: that is the extension's job.
+  thread, outside any body: ``apply_async`` and ``app.send_task``) gets a fresh key, as a
+  caller passing ``idempotency_key=`` (or the ``celery_idem_key`` header) would. Whatever
+  Celery publishes elsewhere (a worker, the result backend) gets no help here: that is the
+  extension's job.
 - ``template``: a template over the task's named parameters (``"{x}/{y}"``); a task with
   none (only ``*args``/``**kwargs``, or no parameters) is ``PER_CALL`` as above, which is
   what the extension's error for a template naming nothing tells a user to do.
@@ -34,6 +35,7 @@ plugin is configured and dropped at the end, before the suite's session worker f
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import uuid
@@ -62,6 +64,34 @@ def _top_level() -> bool:
     return os.getpid() == _PYTEST_PID and threading.current_thread() is threading.main_thread()
 
 
+def _wants_a_key(task: Any) -> bool:
+    """A publish of a ``PER_CALL`` task by the test itself, which a caller would give a key."""
+    return _top_level() and hasattr(task, "key_spec") and task.key_spec().per_call
+
+
+def _fresh_key() -> str:
+    return f"compat/{uuid.uuid4()}"
+
+
+def _send_task_with_a_key(app: Any) -> Any:
+    """``app.send_task`` giving a top-level ``PER_CALL`` message a fresh key in the
+    ``celery_idem_key`` header, as the README tells a caller to (the extension wraps only
+    the app current when Django starts; the suite makes an app per test)."""
+    from celery_idem.producer import KEY_HEADER
+
+    send_task = app.send_task
+
+    @functools.wraps(send_task)
+    def keyed(name: str, *args: Any, headers: dict[str, Any] | None = None,
+              **options: Any) -> Any:
+        headers = dict(headers or {})
+        if KEY_HEADER not in headers and _wants_a_key(app.tasks.get(name)):
+            headers[KEY_HEADER] = _fresh_key()
+        return send_task(name, *args, headers=headers, **options)
+
+    return keyed
+
+
 def task_class(kind: str) -> type:
     """The base of every task of the suite for one key kind."""
     from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask
@@ -77,8 +107,8 @@ def task_class(kind: str) -> type:
 
         def apply_async(self, args: Any = None, kwargs: Any = None, *rest: Any,
                         idempotency_key: str | None = None, **options: Any) -> Any:
-            if idempotency_key is None and _top_level() and self.key_spec().per_call:
-                idempotency_key = f"compat/{uuid.uuid4()}"
+            if idempotency_key is None and _wants_a_key(self):
+                idempotency_key = _fresh_key()
             return super().apply_async(args, kwargs, *rest, idempotency_key=idempotency_key,
                                        **options)
 
@@ -138,6 +168,12 @@ def _every_task_idempotent(request: pytest.FixtureRequest, celery_session_app: A
     if not isinstance(celery_session_app.tasks["t.integration.tasks.add"], IdempotentTask):
         pytest.exit("the suite's tasks are not IdempotentTask subclasses: "
                     "tests/compat/plugin.py's celery_parameters was not used", 3)
+
+
+@pytest.fixture(autouse=True)
+def _keyed_send_task(request: pytest.FixtureRequest, celery_app: Any) -> None:
+    if request.config.stash[_KIND]:
+        celery_app.send_task = _send_task_with_a_key(celery_app)
 
 
 @pytest.fixture(autouse=True)
