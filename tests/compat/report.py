@@ -26,6 +26,7 @@ KINDS = {"per_call": "`PER_CALL`", "template": "a template",
 #: (feature, pattern over a test id): a test belongs to the first feature it matches.
 FEATURES = [
     ("pydantic arguments", r"pydantic"),
+    ("`typing=False`, wrong arguments", r"wrong_arguments"),
     ("`send_task`", r"send_task"),
     ("eager `apply()`", r"(^|_)apply|eager"),
     ("stamping", r"stamp"),
@@ -38,7 +39,7 @@ FEATURES = [
     ("chains", r"::test_chain::|chain"),
     ("calling (`delay`, `apply_async`, results)", r"."),
 ]
-STATUS = {"works": "works", "difference": "works, with a difference",
+STATUS = {"not run": "not run", "works": "works", "difference": "works, with a difference",
           "unsupported": "unsupported", "bug": "differs (a bug, not allowed)"}
 
 
@@ -74,8 +75,10 @@ def render(results: dict, allowed: dict[tuple[str, str], Allowed]) -> str:
         "with `--full`) against a real worker, Redis broker and result backend: once with "
         "plain Celery, then with `celery_idem.IdempotentTask` as the base of every task, "
         "once per kind of key (a fresh `PER_CALL` key on each publish of the test; a "
-        "template over the task's parameters; `ALL_ARGUMENTS`). A feature *works* when "
-        "each of its tests has the outcome it has with plain Celery.",
+        "template over the task's parameters; `ALL_ARGUMENTS`), each test starting with no "
+        "job (tests/compat/plugin.py). A feature *works* when each of its tests has the "
+        "outcome it has with plain Celery; *not run* when none of its tests is in this "
+        "selection.",
         "",
         "| run | passed | failed | skipped |",
         "| --- | --- | --- | --- |",
@@ -94,8 +97,8 @@ def render(results: dict, allowed: dict[tuple[str, str], Allowed]) -> str:
     lines += ["", f"| feature | tests | {' | '.join(KINDS[k] for k in kinds)} |",
               f"| --- | --- |{' --- |' * len(kinds)}"]
     for name, _ in FEATURES:
-        cells = [STATUS[_status([d for d in by_feature[name] if d.run == kind], allowed)]
-                 for kind in kinds]
+        cells = [STATUS[_status([d for d in by_feature[name] if d.run == kind], allowed)
+                        if tests[name] else "not run"] for kind in kinds]
         lines.append(f"| {name} | {tests[name]} | {' | '.join(cells)} |")
     for name, _ in FEATURES:
         if not by_feature[name]:
@@ -109,7 +112,7 @@ def render(results: dict, allowed: dict[tuple[str, str], Allowed]) -> str:
             if (first.test, first.run) in unexpected:
                 why = "**not allowed: a bug of the extension** (the tier fails)"
             else:
-                why = allowed[first.test, first.run].reason
+                why = " ".join(allowed[first.test, first.run].reason.split())
             lines.append(f"- `{test}` ({where}; {outcome}): {why}")
     return "\n".join(lines) + "\n"
 

@@ -30,7 +30,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcomes]:
     require_service("postgres")
     cache = Path(os.environ.get("IDEM_COMPAT_CACHE", Path.home() / ".cache" / "celery-idem"))
     var = Path(os.environ.get("IDEM_VAR_DIR", tmp_path_factory.getbasetemp()))
-    workdir = var / "celery-compat"
+    workdir = var / "celery-suite"
     workdir.mkdir(parents=True, exist_ok=True)
     found = suite.run_all(suite.sdist(celery.__version__, cache), workdir,
                           suite.Selection.load(FULL))
