@@ -52,6 +52,8 @@ def checked_send_task(app: Any, send_task: Any, name: str, args: Any = None,
                       **options: Any) -> Any:
     """``app.send_task`` with ``idempotency_key=``; MissingKey at the call for a
     ``PER_CALL`` task registered here, sent without a key outside a job."""
+    if SENDING.get():  # IdempotentTask.apply_async, through Celery's: already keyed
+        return send_task(name, args, kwargs, *more, **options)
     headers = dict(options.get("headers") or {})
     if idempotency_key is not None:
         headers[KEY_HEADER] = validate_key(idempotency_key)
