@@ -106,6 +106,12 @@ TIERS = [
          ("postgres", "redis"), server="pgbouncer",
          full_paths=tuple(f"tests/integration/test_{name}.py" for name in (
              "envelope", "call_paths", "publish_paths", "beat"))),
+    Tier("celery-compat", "Celery's own integration suite (test_tasks.py, test_canvas.py "
+         "from the installed Celery's sdist, downloaded at test time) plain and with "
+         "IdempotentTask as every task's base, once per key kind, compared per test "
+         "against tests/compat/allowed.toml (its quick tests; all of them with --full)",
+         ("tests/compat",), {**POSTGRES, "IDEM_BROKER": f"{REDIS}/12",
+                             "IDEM_RESULTS": f"{REDIS}/13"}, ("postgres", "redis")),
     Tier("wheel", "the sdist and wheel built and checked, the wheel installed with its "
          "extras into a fresh virtualenv, a project outside the checkout set up as the "
          "README says on PostgreSQL, behind PgBouncer and on MariaDB: duplicates, a replay "
