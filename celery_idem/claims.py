@@ -124,6 +124,10 @@ class Claim:
     lease_seconds: float
     #: The job's task, for the announcements (``signals.transition``).
     task_name: str = ""
+    #: Handed to the body's replacement (``replacement.hand_over``). Kept here, not on
+    #: the request: Celery runs the body under a copy of the request that is popped
+    #: before the runner sees the body's Ignore.
+    replaced: bool = False
 
     def _move(self, event: str, reason: str = "", *, final: bool = False,
               **values: Any) -> bool:

@@ -23,6 +23,11 @@ class ConfigurationError(IdempotencyError):
     """A task or setting is configured in a way celery-idem cannot work with."""
 
 
+class ReservedAttribute(IdempotencyError, AttributeError):
+    """A task body assigned one of the names IdempotentTask reserves for what the body
+    sees (``attempt``: the claim's fencing token)."""
+
+
 class ArgumentsNotJSON(IdempotencyError, TypeError):
     """The task's arguments are not plain JSON (str, int, float, bool, None, list, dict)."""
 
@@ -151,6 +156,7 @@ __all__ = [
     "MissingKey",
     "NotMigrated",
     "PersistenceError",
+    "ReservedAttribute",
     "ResultNotJSON",
     "StepNotJSON",
     "InvalidStep",

@@ -75,7 +75,7 @@ def hand_over(task: Any, sig: Any) -> None:
         return
     if not claim.hand_over(f"replaced by {getattr(sig, 'name', None) or type(sig).__name__}"):
         raise ClaimLost(f"attempt {claim.attempt} lost its claim before its replacement left")
-    task.request._idem_replaced = True
+    claim.replaced = True
     if task.atomic:
         transaction.on_commit(sig.delay, using=settings.DATABASE)
         raise Replaced("Replaced by new task")

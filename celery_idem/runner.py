@@ -99,7 +99,7 @@ class Run:
                                  getattr(self.request, "_idem_sent_message", None), arguments)
             raise
         except (Ignore, Reject) as exc:
-            if not getattr(self.request, "_idem_replaced", False):
+            if not claim.replaced:
                 claim.release(f"the body raised {type(exc).__name__}")
             raise
         except Exception as exc:

@@ -22,7 +22,7 @@ from celery.utils import uuid
 from . import pools, replacement, runner, steps
 from .backends import Intent
 from .conf import settings
-from .errors import ConfigurationError
+from .errors import ConfigurationError, ReservedAttribute
 from .keys import KeySpec, body_signature, validate_key
 from .producer import KEY_HEADER, build_intent, send
 
@@ -145,6 +145,15 @@ class IdempotentTask(DjangoTask):
         """The attempt number (fencing token) of the claim the body runs under."""
         claim = getattr(self.request, "_idem_claim", None)
         return claim.attempt if claim else None
+
+    @attempt.setter
+    def attempt(self, value: object) -> None:
+        # A plain Celery task may keep its own counter as ``self.attempt`` (Celery's own
+        # integration suite does): say what the name is here, not "no setter".
+        raise ReservedAttribute(
+            f"{self.name}: IdempotentTask.attempt is the attempt number of the claim the "
+            "body runs under (its fencing token) and cannot be set; keep a counter of "
+            "your own under another name, or read self.request.retries")
 
     def heartbeat(self, seconds: float | None = None) -> datetime:
         """Extend this attempt's lease; raises ClaimLost if a newer attempt owns the key."""

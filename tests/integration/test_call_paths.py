@@ -32,6 +32,19 @@ def test_replace_runs_the_body_and_the_replacement_once_for_every_caller(worker)
     assert events[0] == "replaced" and "released" not in events
 
 
+def test_a_replaced_key_replays_for_a_later_caller_without_running_the_body_again(worker):
+    """The claim stays with the replacement (no release when the body's Ignore reaches
+    the runner), so a caller after it finished replays its result."""
+    assert replaced_body.delay(31).get(timeout=TIMEOUT) == 62
+    assert replaced_body.delay(31).get(timeout=TIMEOUT) == 62
+    job = Job.objects.get(key="replace/31")
+    assert job.state == "SUCCEEDED" and job.attempt == 1
+    events = list(Transition.objects.filter(job=job).values_list("event", flat=True))
+    assert events == ["replaced"]
+    assert Effect.objects.filter(key="replace/31").count() == 1
+    assert Effect.objects.filter(key="replacement/31").count() == 1
+
+
 def test_a_failed_replacement_fails_the_key_for_every_caller(worker):
     first = replaced_by_failure.delay(3)
     with pytest.raises(ValueError):
