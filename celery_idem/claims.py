@@ -244,16 +244,21 @@ def decide(row: JobRow | None, intent: Intent, claimant: Claimant) -> Next:
 
 
 def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
-            using: str, dedicated: bool = False,
-            insert_missing: bool = True) -> tuple[ClaimOutcome, Claim | None]:
+            using: str, dedicated: bool = False, insert_missing: bool = True,
+            insert_first: bool = False) -> tuple[ClaimOutcome, Claim | None]:
     """Claim ``intent``'s key for one attempt. Returns the outcome and, if won, the Claim
     (which commits on the same connection). ``dedicated``: see ``get_backend``.
     ``insert_missing``: insert the row already claimed when there is none (a message that
-    no library producer sent); False gives up instead (its intent must exist)."""
+    no library producer sent); False gives up instead (its intent must exist).
+    ``insert_first``: no intent was written for this message (broker durability), so the
+    row most likely does not exist: try the insert first, one statement for a fresh key
+    (an existing row comes back from it and is decided as a lost claim)."""
     backend = get_backend(using, dedicated)
     now = timezone.now()
     claimant = Claimant(worker, task_id, now, now + timedelta(seconds=lease_seconds))
-    outcome = retrying(backend, lambda: _claim(backend, intent, claimant, insert_missing),
+    first = Next.INSERT if insert_first else Next.CLAIM
+    outcome = retrying(backend,
+                       lambda: _claim(backend, intent, claimant, insert_missing, first),
                        CLAIM_BACKOFF)
     if not outcome.won or outcome.row is None:
         return outcome, None
@@ -261,9 +266,9 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
                           lease_seconds)
 
 
-def _claim(backend: Backend, intent: Intent, claimant: Claimant,
-           insert_missing: bool) -> ClaimOutcome:
-    outcome = backend.claim(Next.CLAIM.value, intent, claimant)
+def _claim(backend: Backend, intent: Intent, claimant: Claimant, insert_missing: bool,
+           first: Next) -> ClaimOutcome:
+    outcome = _step(backend, first, intent, claimant)
     row = outcome.row
     if not outcome.won and row is not None and _ours(row, claimant):
         # An earlier try of this very claim landed before its connection dropped.
@@ -274,11 +279,14 @@ def _claim(backend: Backend, intent: Intent, claimant: Claimant,
         step = decide(outcome.row, intent, claimant)
         if step is Next.GIVE_UP or (step is Next.INSERT and not insert_missing):
             break
-        if step is Next.INSERT:
-            outcome = backend.claim_new(intent, claimant, REASONS[step])
-        else:
-            outcome = backend.claim(step.value, intent, claimant, REASONS.get(step, ""))
+        outcome = _step(backend, step, intent, claimant)
     return outcome
+
+
+def _step(backend: Backend, step: Next, intent: Intent, claimant: Claimant) -> ClaimOutcome:
+    if step is Next.INSERT:
+        return backend.claim_new(intent, claimant, REASONS[step])
+    return backend.claim(step.value, intent, claimant, REASONS.get(step, ""))
 
 
 def _ours(row: JobRow, claimant: Claimant) -> bool:

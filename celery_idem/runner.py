@@ -62,17 +62,20 @@ class Run:
         self.intent: Intent = build_intent(task.key_spec(), task.namespace, task.name, args,
                                            kwargs, key)
         self.request.idempotency_key = self.intent.key
+        #: No intent was written for this message (broker durability, or a send_task of
+        #: a task the producer does not know): the claim inserts the row, trying that first.
+        self.unwritten = bool(header(self.request, UNWRITTEN_HEADER))
         #: Sent by the library's producer, which wrote the intent first (see missing_intent);
         #: an eager ``apply`` runs here and now, with no transaction to wait for.
-        self.published = (key is not None and not self.request.is_eager
-                          and not header(self.request, UNWRITTEN_HEADER))
+        self.published = key is not None and not self.request.is_eager and not self.unwritten
         self.worker = claims.worker_id(self.request.hostname, os.getpid())
         self.lease = task.lease_seconds()
 
     def acquire(self, dedicated: bool = False) -> tuple[ClaimOutcome, claims.Claim | None]:
         return claims.acquire(self.intent, worker=self.worker, task_id=self.request.id,
                               lease_seconds=self.lease, using=settings.DATABASE,
-                              dedicated=dedicated, insert_missing=not self.published)
+                              dedicated=dedicated, insert_missing=not self.published,
+                              insert_first=self.unwritten)
 
     # -- default mode --------------------------------------------------------------------
 
