@@ -135,3 +135,11 @@ def test_the_default_still_writes_the_intent(backend, sent):
     (headers,) = sent
     assert UNWRITTEN_HEADER not in headers
     assert Job.objects.get(key=echo.intent((12,)).key).state == "PENDING"
+
+
+def test_the_claims_row_keeps_the_routing_the_message_came_by(backend, broker_durability):
+    """No intent kept the routing: the claim stores the message's delivery info, so a
+    re-send of a released claim goes where the original went."""
+    key = echo.intent((13,)).key
+    echo.apply(args=(13,), headers=unwritten(key), exchange="ex", routing_key="rk").get()
+    assert Job.objects.get(key=key).options == {"exchange": "ex", "routing_key": "rk"}
