@@ -88,7 +88,6 @@ def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks
     return messages
 
 
-
 def _check_pool(pool: str) -> list[checks.CheckMessage]:
     # Only a pool named in the settings is seen here; ``celery worker -P`` is not.
     pool = pool.rsplit(":", 1)[-1].rsplit(".", 1)[-1].lower()

@@ -162,7 +162,7 @@ def _send_committed(app: Any, body: Any, kwargs: dict[str, Any], job_id: int | N
 
     Never raises into the committing caller: the intent is committed, and a message that
     did not leave is sent by recovery after ``CELERY_IDEM_NEVER_SENT_TIMEOUT``. Without
-    an intent (``job_id`` None: broker durability) nothing can send it: logged as lost.
+    an intent (broker durability) nothing can send it: logged as lost.
     """
     try:
         with app.producer_or_acquire() as producer:
@@ -170,7 +170,7 @@ def _send_committed(app: Any, body: Any, kwargs: dict[str, Any], job_id: int | N
         if job_id is not None:
             mark_sent(job_id)
     except Exception as exc:
-        then = "recovery sends it" if job_id is not None else "no intent: it is lost"
+        then = "recovery sends it" if writes_intent() else "no intent: it is lost"
         logger.error("message of job %s not sent after the commit: %s; %s", job_id, exc,
                      then, extra={"action": "outbox_send_failed", "job_id": job_id})
 
