@@ -80,3 +80,10 @@ def start_chain(self):
     _effect(self)
     return (add_per_call.s(1, 1) | add_per_call.s(2)
             | group(add_per_call.s(3), add_per_call.s(4)) | sum_per_call.s())()
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="replaced-per-call/{n}")
+def replaced_by_per_call(self, n):
+    """Replaces itself with a PER_CALL task sent without a key (derived from this job)."""
+    _effect(self, n=n)
+    return self.replace(add_per_call.s(n, n))

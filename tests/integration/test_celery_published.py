@@ -12,6 +12,7 @@ from django_app.effects.compat_tasks import (
     add_per_call,
     errback_per_call,
     fail_per_call,
+    replaced_by_per_call,
     start_chain,
     sum_per_call,
 )
@@ -73,3 +74,12 @@ def test_a_body_that_returns_the_result_of_a_canvas_it_started_stores_its_tuple(
     assert first == again and len(first) == 2 and isinstance(first[0][1], list)
     assert Job.objects.get(key="started/1").result == first
     assert Effect.objects.filter(key="started/1").count() == 1
+
+
+def test_a_per_call_replacement_gets_its_key_from_the_replaced_job(worker):
+    results = [replaced_by_per_call.delay(8) for _ in range(2)]
+    assert [r.get(timeout=TIMEOUT) for r in results] == [16, 16]
+    replaced = Job.objects.get(key="replaced-per-call/8")
+    assert (replaced.state, replaced.result) == ("SUCCEEDED", 16)
+    assert Job.objects.get(parent=replaced).result == 16
+    assert Effect.objects.count() == 2
