@@ -32,7 +32,10 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 - ``atomic1``: the prototype of a one-statement atomic path (bench/onestmt.py, not the
   library: the body, then one conditional PENDING -> SUCCEEDED; issue 11 item 4);
 - ``replay``: N messages for N keys that already SUCCEEDED;
+- ``idem-broker``: ``idem`` with ``CELERY_IDEM_DURABILITY = "broker"`` in the producer and
+  the worker (no intent at publish; the claim inserts the row);
 - ``pub-plain``, ``pub-idem``: publishing alone, no worker (plain vs idempotent);
+  ``pub-broker``: ``pub-idem`` with ``CELERY_IDEM_DURABILITY = "broker"``;
   ``pub-async``: ``pub-idem`` with the intent's commit not waiting for the WAL flush, a
   prototype of this module only (``unflushed_intents``), to measure what the flush costs.
 
@@ -60,8 +63,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
 
-VARIANTS = ("raw", "django", "once", "floor", "idem", "atomic", "atomic1", "replay", "pub-plain",
-            "pub-idem", "pub-async")
+VARIANTS = ("raw", "django", "once", "floor", "idem", "idem-broker", "atomic", "atomic1", "replay",
+            "pub-plain", "pub-idem", "pub-async", "pub-broker")
+#: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
+BROKER_DURABILITY = ("idem-broker", "pub-broker")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
 WARMUP = 4
 CLK = os.sysconf("SC_CLK_TCK")
@@ -211,7 +216,7 @@ def sender(variant: str) -> Any:
             name, (key,), queue=queue, producer=producer)
     task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
             "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
-            "pub-async": t.bench_idem,
+            "pub-async": t.bench_idem, "idem-broker": t.bench_idem, "pub-broker": t.bench_idem,
             "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1}[variant]
     if task is None:
         raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
@@ -237,10 +242,14 @@ def unflushed_intents() -> Iterator[None]:
 
 def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:
     """Publish one message per key; (wall seconds, this process's CPU seconds)."""
+    from django.test import override_settings
+
     from bench.worker_app import app
 
     send = sender(variant)
-    with app.producer_or_acquire() as producer, (
+    durability = override_settings(CELERY_IDEM_DURABILITY="broker") \
+        if variant in BROKER_DURABILITY else nullcontext()
+    with app.producer_or_acquire() as producer, durability, (
             unflushed_intents() if variant == "pub-async" else nullcontext()):
         cpu0, wall0 = sum(os.times()[:2]), time.perf_counter()
         for key in keys:
@@ -296,7 +305,8 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float) -> d
     worker = None
     if not variant.startswith("pub-"):
         worker = c.WorkerProcess(queue, concurrency=2, extra_env={
-            "IDEM_WORKER_CONNECTIONS": policy})
+            "IDEM_WORKER_CONNECTIONS": policy, **(
+                {"CELERY_IDEM_DURABILITY": '"broker"'} if variant in BROKER_DURABILITY else {})})
         if variant in RAW_APP:
             worker.args[worker.args.index("bench.worker_app")] = "bench.raw_app"
             worker.env.pop("DJANGO_SETTINGS_MODULE", None)  # no Django, no fixup

@@ -40,8 +40,8 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from .backends import Change, get_backend
-from .claims import persistence
 from .conf import settings
+from .persistence import persistence
 from .producer import in_transaction, mismatch, open_batch, write_intents
 from .states import State
 

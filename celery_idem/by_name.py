@@ -6,13 +6,14 @@
   in this process is sent without a key outside a job, as ``delay()`` would.
 - ``on_before_task_publish`` (Celery's ``before_task_publish`` signal, every message):
   a ``send_task`` message of an idempotent task registered here gets its intent written
-  and its key, as ``apply_async`` would. Celery's signal dispatcher swallows a receiver's
-  exceptions (``celery.utils.dispatch.signal.Signal.send``), so the hook cannot stop a
-  bad message: it marks it (``ERROR_HEADER``) and the worker fails it with the same
-  error without running it. A task not registered here has no signature to fingerprint
-  with: a key given for it marks the message ``UNWRITTEN_HEADER`` and the worker writes
-  the intent when it claims; without a key the worker raises MissingKey (late: the
-  producer cannot know the task). A ``chord_unlock`` sent on a job's behalf gets the
+  (unless ``durability.writes_intent`` says no) and its key, as ``apply_async`` would.
+  Celery's signal dispatcher swallows a receiver's exceptions
+  (``celery.utils.dispatch.signal.Signal.send``), so the hook cannot stop a bad message:
+  it marks it (``ERROR_HEADER``) and the worker fails it with the same error without
+  running it. A task not registered here has no signature to fingerprint with: a key
+  given for it marks the message ``UNWRITTEN_HEADER`` and the worker writes the intent
+  when it claims; without a key the worker raises MissingKey (late: the producer cannot
+  know the task). A ``chord_unlock`` sent on a job's behalf gets the
   base of its chord body's key (``celery_idem.children``).
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 from celery import current_app
 
 from .children import BASE_HEADER, CHORD_UNLOCK, publishing_task
+from .durability import writes_intent
 from .errors import IdempotencyError
 from .keys import missing_key, validate_key
 from .producer import (
@@ -91,7 +93,10 @@ def on_before_task_publish(sender: str | None = None, headers: dict[str, Any] | 
             options = {"task_id": headers.get("id"), "group_index": headers.get("group_index")}
             key = derived_key(spec, task.name, args, kwargs, options, headers)
         job = build_intent(spec, task.namespace, task.name, args, kwargs, key)
-        write_intent(job, headers.get("id", ""))
+        if writes_intent():
+            write_intent(job, headers.get("id", ""))
+        else:  # broker durability: the worker's claim inserts the row
+            headers[UNWRITTEN_HEADER] = True
     except (IdempotencyError, TypeError) as exc:
         logger.error("refused send_task(%r): %s", task.name, exc,
                      extra={"action": "publish_refused"})

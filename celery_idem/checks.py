@@ -20,6 +20,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
 
+from . import durability
 from .conf import settings
 from .errors import ConfigurationError
 
@@ -64,7 +65,7 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
 @checks.register(TAG)
 def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W001/W002: acknowledgement settings; W006/E004: the filesystem broker; E005: an
-    event-loop pool the database driver cannot wait in."""
+    event-loop pool the database driver cannot wait in; E007/W008: the durability."""
     conf = _celery_app().conf
     messages: list[checks.CheckMessage] = []
     if not conf.task_acks_late:
@@ -83,6 +84,7 @@ def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks
         ))
     messages.extend(_check_filesystem_broker(conf))
     messages.extend(_check_pool(str(conf.worker_pool or "")))
+    messages.extend(durability.check(conf))
     return messages
 
 

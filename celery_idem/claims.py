@@ -13,89 +13,27 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
 from . import states
 from .backends import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow, get_backend
-from .errors import ClaimLost, NotMigrated, PersistenceError
-from .installation import not_migrated
+from .errors import ClaimLost
 from .metrics.tracing import span
+from .persistence import persistence, retrying
 from .states import State
 
 logger = logging.getLogger(__name__)
-
-@contextmanager
-def persistence() -> Iterator[None]:
-    """Turn database errors into PersistenceError, keeping the driver's error as cause."""
-    try:
-        yield
-    except DatabaseError as exc:
-        raise not_migrated(exc) or PersistenceError(f"the job database failed: {exc}") from exc
-
 
 #: Backoff (seconds) between tries of bookkeeping on a fresh connection: a claim gives
 #: up after these (the message waits and comes back); a commit after the body ran keeps
 #: trying for longer, since giving up would leave the key RUNNING for its lease.
 CLAIM_BACKOFF = (0.1, 0.3, 1.0, 2.0)
 COMMIT_BACKOFF = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
-
-T = TypeVar("T")
-
-
-def retrying(backend: Backend, step: Callable[[], T], backoff: tuple[float, ...],
-             retried: list[bool] | None = None) -> T:
-    """Run ``step`` (bookkeeping on ``backend``); on a dropped connection or a locked
-    SQLite database, close the connection and try again after each of ``backoff``.
-
-    Only outside a transaction: inside the caller's (or an atomic body's) the work is
-    lost with the connection, so the error goes up. ``retried`` gets True appended when
-    a try failed (its write may have landed all the same: the caller checks).
-    """
-    for pause in (*backoff, None):
-        try:
-            with persistence():
-                return step()
-        except PersistenceError as exc:
-            if (pause is None or isinstance(exc, NotMigrated) or not _transient(exc.__cause__)
-                    or not _fresh(backend)):
-                raise
-            logger.warning("job database: %s; trying again on a fresh connection in %ss",
-                           exc.__cause__, pause, extra={"action": "bookkeeping_retry"})
-            if retried is not None:
-                retried.append(True)
-            time.sleep(pause)
-    raise AssertionError("unreachable")
-
-
-def _transient(cause: BaseException | None) -> bool:
-    # OperationalError: the server went away, a timeout, SQLite's "database is locked";
-    # InterfaceError: the connection is already closed.
-    return isinstance(cause, OperationalError | InterfaceError)
-
-
-def _fresh(backend: Backend) -> bool:
-    """Close ``backend``'s connection so the next use opens a new one; False inside a
-    transaction, whose work cannot be retried."""
-    connection = backend.connection()
-    if connection is None:
-        return True
-    if connection.in_atomic_block:
-        return False
-    try:
-        connection.close()
-    except DatabaseError:
-        pass  # already broken; Django forgot it all the same
-    return True
-
 
 def worker_id(hostname: str | None, pid: int) -> str:
     """How a claim names the pool process that holds it."""
@@ -252,17 +190,22 @@ def decide(row: JobRow | None, intent: Intent, claimant: Claimant) -> Next:
 
 
 def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
-            using: str, dedicated: bool = False,
-            insert_missing: bool = True) -> tuple[ClaimOutcome, Claim | None]:
+            using: str, dedicated: bool = False, insert_missing: bool = True,
+            insert_first: bool = False) -> tuple[ClaimOutcome, Claim | None]:
     """Claim ``intent``'s key for one attempt. Returns the outcome and, if won, the Claim
     (which commits on the same connection). ``dedicated``: see ``get_backend``.
     ``insert_missing``: insert the row already claimed when there is none (a message that
-    no library producer sent); False gives up instead (its intent must exist)."""
+    no library producer sent); False gives up instead (its intent must exist).
+    ``insert_first``: no intent was written for this message (broker durability), so the
+    row most likely does not exist: try the insert first, one statement for a fresh key
+    (an existing row comes back from it and is decided as a lost claim)."""
     backend = get_backend(using, dedicated)
     now = timezone.now()
     claimant = Claimant(worker, task_id, now, now + timedelta(seconds=lease_seconds))
+    first = Next.INSERT if insert_first else Next.CLAIM
     with span("celery_idem.claim", intent.task_name):
-        outcome = retrying(backend, lambda: _claim(backend, intent, claimant, insert_missing),
+        outcome = retrying(backend,
+                           lambda: _claim(backend, intent, claimant, insert_missing, first),
                            CLAIM_BACKOFF)
     if not outcome.won or outcome.row is None:
         return outcome, None
@@ -270,9 +213,9 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
                           lease_seconds, intent.task_name)
 
 
-def _claim(backend: Backend, intent: Intent, claimant: Claimant,
-           insert_missing: bool) -> ClaimOutcome:
-    outcome = backend.claim(Next.CLAIM.value, intent, claimant)
+def _claim(backend: Backend, intent: Intent, claimant: Claimant, insert_missing: bool,
+           first: Next) -> ClaimOutcome:
+    outcome = _step(backend, first, intent, claimant)
     row = outcome.row
     if not outcome.won and row is not None and _ours(row, claimant):
         # An earlier try of this very claim landed before its connection dropped.
@@ -283,11 +226,14 @@ def _claim(backend: Backend, intent: Intent, claimant: Claimant,
         step = decide(outcome.row, intent, claimant)
         if step is Next.GIVE_UP or (step is Next.INSERT and not insert_missing):
             break
-        if step is Next.INSERT:
-            outcome = backend.claim_new(intent, claimant, REASONS[step])
-        else:
-            outcome = backend.claim(step.value, intent, claimant, REASONS.get(step, ""))
+        outcome = _step(backend, step, intent, claimant)
     return outcome
+
+
+def _step(backend: Backend, step: Next, intent: Intent, claimant: Claimant) -> ClaimOutcome:
+    if step is Next.INSERT:
+        return backend.claim_new(intent, claimant, REASONS[step])
+    return backend.claim(step.value, intent, claimant, REASONS.get(step, ""))
 
 
 def _ours(row: JobRow, claimant: Claimant) -> bool:

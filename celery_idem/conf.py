@@ -39,6 +39,11 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a worker waits (re-queueing with backoff) for the intent of a message that
     # carries a key but whose row does not exist, before it refuses the message.
     "MISSING_INTENT_TIMEOUT": 60,
+    # Where a message's durability lives (celery_idem/durability.py): "database" writes
+    # an intent per publish (recovery re-sends a lost message); "broker" writes nothing
+    # at publish and the worker's claim inserts the row (a broker that holds confirmed
+    # messages durably: RabbitMQ with publisher confirms and durable queues).
+    "DURABILITY": "database",
     # Rows the reaper takes per batch.
     "REAPER_BATCH_SIZE": 500,
     # Largest wait, in seconds, between two re-dispatches of a PENDING job (the wait

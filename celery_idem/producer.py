@@ -23,12 +23,13 @@ from django.utils import timezone
 from . import envelope, errors
 from .backends import Change, ClaimOutcome, Intent, get_backend
 from .children import BASE_HEADER, child_key, header, publishing_task, running_parent
-from .claims import persistence
 from .conf import settings
 from .connection import release_bookkeeping
+from .durability import writes_intent
 from .errors import IdempotencyError, KeyMismatch
 from .fingerprints import fingerprint
 from .keys import KeySpec, validate_key
+from .persistence import persistence
 from .states import State
 
 logger = logging.getLogger(__name__)
@@ -37,8 +38,9 @@ logger = logging.getLogger(__name__)
 KEY_HEADER = "celery_idem_key"
 #: Header the publish hook sets when it could not accept a send_task message.
 ERROR_HEADER = "celery_idem_error"
-#: Header of a send_task message with a key whose intent the producer could not write
-#: (the task is not registered there): the worker writes it when it claims.
+#: Header of a message with a key and no intent: the producer wrote none (broker
+#: durability) or could not (a send_task of a task not registered there). The worker's
+#: claim inserts the row, trying the insert first.
 UNWRITTEN_HEADER = "celery_idem_unwritten"
 #: Set while ``send`` publishes: the message already has its intent and key.
 SENDING: ContextVar[bool] = ContextVar("celery_idem_sending", default=False)
@@ -159,7 +161,8 @@ def _send_committed(app: Any, body: Any, kwargs: dict[str, Any], job_id: int | N
     """The outbox's second half, after the commit: publish the message, mark it sent.
 
     Never raises into the committing caller: the intent is committed, and a message that
-    did not leave is sent by recovery after ``CELERY_IDEM_NEVER_SENT_TIMEOUT``.
+    did not leave is sent by recovery after ``CELERY_IDEM_NEVER_SENT_TIMEOUT``. Without
+    an intent (broker durability) nothing can send it: logged as lost.
     """
     try:
         with app.producer_or_acquire() as producer:
@@ -167,8 +170,9 @@ def _send_committed(app: Any, body: Any, kwargs: dict[str, Any], job_id: int | N
         if job_id is not None:
             mark_sent(job_id)
     except Exception as exc:
-        logger.error("message of job %s not sent after the commit: %s; recovery sends it",
-                     job_id, exc, extra={"action": "outbox_send_failed", "job_id": job_id})
+        then = "recovery sends it" if writes_intent() else "no intent: it is lost"
+        logger.error("message of job %s not sent after the commit: %s; %s", job_id, exc,
+                     then, extra={"action": "outbox_send_failed", "job_id": job_id})
 
 
 def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
@@ -210,14 +214,27 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
         job = replace(job, parent_id=parent.request._idem_claim.job_id)
     task_id = options["task_id"] = options.get("task_id") or uuid()
     headers[KEY_HEADER] = job.key
+    intent_first = writes_intent()
+    if not intent_first:  # broker durability: the worker's claim inserts the row
+        headers[UNWRITTEN_HEADER] = True
     final = {**options, "headers": headers}
     if task.app.conf.task_always_eager:  # nothing is published: no envelope to keep
-        write_intent(job, task_id)
+        if intent_first:
+            write_intent(job, task_id)
         return publish({**final, "producer": producer})
     outbox = in_transaction()
     written: list[int | None] = []
 
     def on_publish(real: Any, body: Any, kw: dict[str, Any]) -> Any:
+        if not intent_first:
+            # Nothing to write: the message leaves now, or after the caller's commit
+            # (Celery's delay_on_commit; a batch is just publishing).
+            written.append(None)
+            if outbox:
+                transaction.on_commit(lambda: _send_committed(task.app, body, kw, None),
+                                      using=settings.DATABASE)
+                return None
+            return real.publish(body, **kw)
         message = envelope.capture(body, kw)
         captured = replace(job, message=message, not_before=envelope.eta(message),
                            expires_at=envelope.expires(message), sent=not outbox)
@@ -234,8 +251,8 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
         return real.publish(body, **kw)
 
     result = _publish_captured(task, producer, publish, final, on_publish)
-    if not written:  # Celery published nothing (a custom route or class): the bare intent
-        write_intent(job, task_id)
+    if not written and intent_first:  # Celery published nothing (a custom route or
+        write_intent(job, task_id)      # class): the bare intent
     return result
 
 

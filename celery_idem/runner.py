@@ -36,6 +36,7 @@ from .producer import (
     KEY_HEADER,
     UNWRITTEN_HEADER,
     build_intent,
+    delivery_options,
     header,
     mismatch,
     refused_error,
@@ -60,20 +61,25 @@ class Run:
         self.task, self.args, self.kwargs, self.body = task, args, kwargs, body
         self.request = task.request
         key = header(self.request, KEY_HEADER)
+        #: No intent was written for this message (broker durability, or a send_task of
+        #: a task the producer does not know): the claim inserts the row, trying that first,
+        #: with the routing the message came by (a re-send of a released claim goes there).
+        self.unwritten = bool(header(self.request, UNWRITTEN_HEADER))
+        routing = delivery_options(self.request.delivery_info or {}) if self.unwritten else None
         self.intent: Intent = build_intent(task.key_spec(), task.namespace, task.name, args,
-                                           kwargs, key)
+                                           kwargs, key, routing)
         self.request.idempotency_key = self.intent.key
         #: Sent by the library's producer, which wrote the intent first (see missing_intent);
         #: an eager ``apply`` runs here and now, with no transaction to wait for.
-        self.published = (key is not None and not self.request.is_eager
-                          and not header(self.request, UNWRITTEN_HEADER))
+        self.published = key is not None and not self.request.is_eager and not self.unwritten
         self.worker = claims.worker_id(self.request.hostname, os.getpid())
         self.lease = task.lease_seconds()
 
     def acquire(self, dedicated: bool = False) -> tuple[ClaimOutcome, claims.Claim | None]:
         return claims.acquire(self.intent, worker=self.worker, task_id=self.request.id,
                               lease_seconds=self.lease, using=settings.DATABASE,
-                              dedicated=dedicated, insert_missing=not self.published)
+                              dedicated=dedicated, insert_missing=not self.published,
+                              insert_first=self.unwritten)
 
     # -- default mode --------------------------------------------------------------------
 

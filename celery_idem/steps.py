@@ -16,9 +16,10 @@ from typing import Any
 from django.utils import timezone
 
 from .backends import Change
-from .claims import Claim, persistence
+from .claims import Claim
 from .errors import ArgumentsNotJSON, ClaimLost, InvalidStep, StepNotJSON
 from .fingerprints import check_json
+from .persistence import persistence
 from .states import STEP_COMPLETED, State, StepWrite
 
 #: The longest step name (the checkpoint's ``step`` column).

@@ -217,7 +217,7 @@ class Backend(ABC):
 
     def connection(self) -> Any:
         """The Django connection wrapper this backend writes on (closed and reopened when
-        it drops: ``claims.retrying``); None if it has none."""
+        it drops: ``persistence.retrying``); None if it has none."""
         from django.db import connections
 
         return connections[self.alias]

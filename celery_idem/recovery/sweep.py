@@ -44,11 +44,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..backends import Backend, Change, get_backend
-from ..claims import describe_error, persistence
+from ..claims import describe_error
 from ..conf import settings
 from ..envelope import Undecodable
 from ..errors import Expired, Undeliverable
 from ..models import Job
+from ..persistence import persistence
 from ..states import State, stale_q
 from .due import expired, never_sent, redispatch_wait, sent_and_lost
 from .handback import HandBack, plan, registered_task, resendable

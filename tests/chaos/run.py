@@ -56,6 +56,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")
     parser.add_argument("--database", choices=("postgres", "mariadb"), default="postgres",
                         help="the job database's server, started and restarted by the run")
+    parser.add_argument("--durability", choices=("database", "broker"), default="database",
+                        help="CELERY_IDEM_DURABILITY of the run (broker: RabbitMQ only)")
     parser.add_argument("--jobs", type=int, default=300, help="keys published (default 300)")
     parser.add_argument("--duration", type=float, default=60,
                         help="seconds over which they are published and faults strike")
@@ -66,7 +68,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--drain-timeout", type=float, default=300)
     parser.add_argument("--recovery-interval", type=float, default=2,
                         help="seconds between beat's recovery passes")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.durability == "broker" and args.broker != "rabbitmq":
+        # Its Redis restarts lose queued messages on purpose: without an intent nothing
+        # re-sends them (what broker durability gives up; check celery_idem.W008).
+        parser.error("--durability broker needs --broker rabbitmq")
+    return args
 
 
 def database_env(kind: str, port: int) -> dict[str, str]:
@@ -92,6 +99,7 @@ def configure(args: argparse.Namespace, folder: Path, db_port: int, broker: str,
         "IDEM_VAR_DIR": str(folder / "var"), "CHAOS_RECOVERY_QUEUE": f"{queue}-recovery",
         "CHAOS_RECOVERY_INTERVAL": str(args.recovery_interval),
         **{f"CELERY_IDEM_{k}": json.dumps(v) for k, v in IDEM_SETTINGS.items()},
+        "CELERY_IDEM_DURABILITY": json.dumps(args.durability),
     })
     import django
 
@@ -104,9 +112,10 @@ def configure(args: argparse.Namespace, folder: Path, db_port: int, broker: str,
     return dict(os.environ)
 
 
-def drain(timeout: float, keys: set[str]) -> float:
+def drain(timeout: float, keys: set[str], unwritten: bool = False) -> float:
     """Wait until no job is PENDING or RUNNING, running a recovery pass every 2 s;
-    seconds taken."""
+    seconds taken. ``unwritten`` (broker durability): a message not claimed yet has no
+    row, so also wait for a row per key."""
     from django.db import connections
 
     from celery_idem.models import Job
@@ -122,7 +131,8 @@ def drain(timeout: float, keys: set[str]) -> float:
             print(f"  drain: {type(exc).__name__}: {exc}", flush=True)
             connections.close_all()
             done, unfinished = -1, -1
-        if unfinished == 0 and done >= 0:
+        rows = Job.objects.filter(key__in=keys).count() if unwritten and done >= 0 else len(keys)
+        if unfinished == 0 and done >= 0 and rows == len(keys):
             # Every job is SUCCEEDED, or FAILED / UNCERTAIN / EXPIRED, where it stays
             # without an operator: nothing more can happen (the checks say which).
             return time.monotonic() - start
@@ -137,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
-    print(f"chaos: {args.database}, broker {args.broker}, {args.jobs} jobs over "
+    print(f"chaos: {args.database}, broker {args.broker} (durability {args.durability}), "
+          f"{args.jobs} jobs over "
           f"{args.duration:g}s, "
           f"{args.workers} prefork workers x {args.concurrency}, seed {seed}", flush=True)
     # A SIGTERM (a CI timeout) unwinds through the teardown like Ctrl-C.
@@ -186,14 +197,15 @@ def main(argv: list[str] | None = None) -> int:
             flush=True))
         injector.join(timeout=args.drain_timeout)
         published, counts, log = publisher.published, publisher.counts, publisher.log
-        drained = drain(args.drain_timeout, set(published))
+        drained = drain(args.drain_timeout, set(published), args.durability == "broker")
         fleet.stop()
         checks, figures = collect(published, provider.provider, folder, injector.faults)
     elapsed = time.monotonic() - began
     faults = Counter(f.kind for f in injector.faults)
     title = {"command": "tests/chaos/run.py " + " ".join(argv or sys.argv[1:]),
              "seed": seed, "broker": f"{args.broker}, " + (
-                 "MariaDB" if args.database == "mariadb" else "PostgreSQL 15"),
+                 "MariaDB" if args.database == "mariadb" else "PostgreSQL 15")
+                 + f", durability {args.durability}",
              "workers": f"{args.workers} prefork x {args.concurrency} (+ replacements)",
              "jobs": f"{len(published)} ({', '.join(KINDS)})",
              "messages published": f"{counts['copies sent']} "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 
-def contend(env: dict[str, str], barrier, results, rounds: int) -> None:
+def contend(env: dict[str, str], insert_first: bool, barrier, results, rounds: int) -> None:
     os.environ.update(env)
     import django
 
@@ -19,5 +19,5 @@ def contend(env: dict[str, str], barrier, results, rounds: int) -> None:
         barrier.wait(timeout=120)
         outcome, claim = claims.acquire(intent, worker=f"pid-{os.getpid()}",
                                         task_id=f"{os.getpid()}-{n}", lease_seconds=300,
-                                        using="default")
+                                        using="default", insert_first=insert_first)
         results.put((n, os.getpid(), claim is not None))

@@ -20,12 +20,15 @@ ROUNDS = 200 if settings.DATABASE_KIND == "postgres" else 60
 
 
 @pytest.mark.django_db(transaction=True)
-def test_sixteen_processes_claiming_one_key_produce_one_winner_per_round():
+@pytest.mark.parametrize("insert_first", [False, True], ids=["claim-first", "insert-first"])
+def test_sixteen_processes_claiming_one_key_produce_one_winner_per_round(insert_first):
     """Every round one winner: half the rounds race to UPDATE a published intent, half to
-    INSERT a missing one (200 rounds on PostgreSQL)."""
+    INSERT a missing one (200 rounds on PostgreSQL). ``insert-first``: every contender
+    tries the INSERT first, as a worker does for a message published with
+    CELERY_IDEM_DURABILITY = "broker" (no intent)."""
     for n in range(0, ROUNDS, 2):
         write_intent(Intent("race", f"race-{n}", "race", "fp", [n], {}, {}), f"pub-{n}")
-    outcomes = race(contend, PROCESSES, ROUNDS)
+    outcomes = race(contend, PROCESSES, ROUNDS, insert_first)
 
     winners = Counter(n for n, _, won in outcomes if won)
     assert sorted(winners) == list(range(ROUNDS))

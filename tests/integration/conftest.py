@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from urllib.parse import urlparse
 
@@ -39,11 +40,25 @@ def tier_pools() -> tuple[str, ...]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    durability = "durability" in metafunc.fixturenames
     if "pool" not in metafunc.fixturenames:
+        if durability:
+            metafunc.parametrize("durability", [
+                "database", pytest.param("broker", marks=_broker_durability_marks())],
+                indirect=True)
         return
     marked = metafunc.definition.get_closest_marker("pools") is not None
     pools = tier_pools() if marked or FULL_MATRIX else ("prefork",)
-    metafunc.parametrize("pool", [pytest.param(p, marks=_pool_marks(p)) for p in pools])
+    if not durability:
+        metafunc.parametrize("pool", [pytest.param(p, marks=_pool_marks(p)) for p in pools])
+        return
+    # Broker durability on prefork only (every pool with IDEM_FULL_MATRIX=1): what it
+    # changes is the claim's statement, not how a pool runs it.
+    combos = [pytest.param(p, "database", marks=_pool_marks(p), id=p) for p in pools]
+    combos += [pytest.param(p, "broker", marks=[*_pool_marks(p), *_broker_durability_marks()],
+                            id=f"{p}-broker")
+               for p in (pools if FULL_MATRIX else ("prefork",))]
+    metafunc.parametrize(("pool", "durability"), combos, indirect=["durability"])
 
 
 def _pool_marks(pool: str) -> list[pytest.MarkDecorator]:
@@ -59,6 +74,40 @@ def _pool_marks(pool: str) -> list[pytest.MarkDecorator]:
         # mysqlclient waits for a row lock in C: check celery_idem.E005.
         return [pytest.mark.skip(reason="mysqlclient's lock wait blocks gevent's event loop")]
     return []
+
+
+def _broker_durability_marks() -> list[pytest.MarkDecorator]:
+    """The failure-window tests with CELERY_IDEM_DURABILITY = "broker": ``delivery``, so
+    the PostgreSQL + RabbitMQ tier runs them, and only on the PostgreSQL + Redis/RabbitMQ
+    tiers (CI's cost; IDEM_FULL_MATRIX=1 runs them everywhere)."""
+    broker = urlparse(settings.CELERY_BROKER_URL).scheme
+    marks = [pytest.mark.delivery]
+    if not FULL_MATRIX and (settings.DATABASE_KIND != "postgres" or settings.PGBOUNCER
+                            or broker not in BROKER_SERVICES):
+        marks.append(pytest.mark.skip(reason="broker durability's variants run on the "
+                                             "PostgreSQL + Redis/RabbitMQ tiers (--full: all)"))
+    return marks
+
+
+@pytest.fixture
+def durability(request, monkeypatch, settings) -> str:
+    """CELERY_IDEM_DURABILITY for this test (parametrized: "database", "broker"): in this
+    process and in the workers it starts afterwards (``worker_env`` copies the
+    environment). Request it before the worker fixtures. A test marked ``needs_intent``
+    is skipped in broker mode, before its workers start."""
+    mode = request.param
+    if mode == "broker" and request.node.get_closest_marker("needs_intent"):
+        pytest.skip("needs an intent, which CELERY_IDEM_DURABILITY = 'broker' does not "
+                    "write (docs/reliability.md, the guarantee table)")
+    settings.CELERY_IDEM_DURABILITY = mode
+    monkeypatch.setenv("CELERY_IDEM_DURABILITY", json.dumps(mode))
+    return str(mode)
+
+
+def broker_redelivers_at_once() -> bool:
+    """Whether the broker gives an unacknowledged message back as soon as its consumer's
+    connection dies (RabbitMQ); Redis waits for its visibility timeout (an hour)."""
+    return urlparse(settings.CELERY_BROKER_URL).scheme in ("amqp", "pyamqp")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,5 +1,6 @@
 """The same key published several times to real workers runs its body once, on every
-worker pool of the tier (the ``pools`` marker, tests/integration/conftest.py)."""
+worker pool of the tier (the ``pools`` marker, tests/integration/conftest.py), with
+each durability (``durability``: the broker's on prefork, where a claim inserts the row)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ RESULT_TIMEOUT = 120
 
 
 @pytest.mark.pools
-def test_same_key_five_times_runs_once_and_every_caller_gets_the_result(worker):
+def test_same_key_five_times_runs_once_and_every_caller_gets_the_result(durability, worker):
     """Five publishes of one key: one effect, five equal results, one attempt; the
     duplicates replayed (or waited, then replayed) without writing a history row."""
     results = [ship_order.delay(42, hold=0.5) for _ in range(5)]
@@ -27,10 +28,13 @@ def test_same_key_five_times_runs_once_and_every_caller_gets_the_result(worker):
     assert (job.state, job.attempt) == ("SUCCEEDED", 1)
     assert job.started_at is not None and job.finished_at is not None
     assert not Transition.objects.filter(job=job).exists()
+    # An intent keeps the message's envelope; broker durability wrote none: the worker's
+    # claim inserted the row.
+    assert (job.message is None) is (durability == "broker")
 
 
 @pytest.mark.pools
-def test_atomic_task_published_five_times_writes_its_effect_once(worker):
+def test_atomic_task_published_five_times_writes_its_effect_once(durability, worker):
     """atomic=True: duplicates serialise on the claim and replay the one result."""
     results = [deduct_stock.delay(7, 3, 2, hold=0.3) for _ in range(5)]
     values = [r.get(timeout=RESULT_TIMEOUT) for r in results]
@@ -43,7 +47,7 @@ def test_atomic_task_published_five_times_writes_its_effect_once(worker):
 
 
 @pytest.mark.pools
-def test_a_finished_key_published_again_replays_its_result(worker):
+def test_a_finished_key_published_again_replays_its_result(durability, worker):
     """Publishes after the key finished get the stored value; the body does not run again."""
     first = ship_order.delay(43).get(timeout=RESULT_TIMEOUT)
     again = [ship_order.delay(43) for _ in range(3)]

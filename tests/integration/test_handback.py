@@ -29,7 +29,7 @@ def started(name: str) -> bool:
     return Effect.objects.filter(key=f"uncertain/{name}").exists()
 
 
-def test_child_killed_after_the_effect_leaves_the_job_uncertain(flags):
+def test_child_killed_after_the_effect_leaves_the_job_uncertain(durability, flags):
     """The worker-lost hook moves the claim to UNCERTAIN; the requeued message meets it
     and fails loudly (InProgress) instead of running the body again."""
     with Worker(concurrency=2) as w:
@@ -47,7 +47,7 @@ def test_child_killed_after_the_effect_leaves_the_job_uncertain(flags):
     assert line.reason.startswith("worker lost")
 
 
-def test_whole_worker_killed_then_recovery_leaves_the_job_uncertain(flags):
+def test_whole_worker_killed_then_recovery_leaves_the_job_uncertain(durability, flags):
     first = Worker(concurrency=2).start()
     try:
         uncertain_send.delay("w", str(flags))

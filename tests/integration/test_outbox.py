@@ -51,15 +51,17 @@ def one_worker(broker_service, transactional_db):
         yield w
 
 
-def test_rolled_back_publish_leaves_nothing_and_committed_runs_once(one_worker):
+def test_rolled_back_publish_leaves_nothing_and_committed_runs_once(durability, one_worker):
     """delay, a signature and delay_on_commit/apply_async_on_commit (twice) inside
-    atomic(): rolled back, no row and no effect; committed, one effect each."""
+    atomic(): rolled back, no row and no effect; committed, one effect each. (Broker
+    durability: no row in the transaction either, the message still after the commit.)"""
     with pytest.raises(Rollback), transaction.atomic():
         ship_order.delay(1101)
         ship_order.s(1102).apply_async()
         ship_order.delay_on_commit(1103)
         ship_order.apply_async_on_commit((1103,))
-        assert Job.objects.filter(key="ship/1101", sent_at__isnull=True).exists()
+        assert Job.objects.filter(key="ship/1101", sent_at__isnull=True).exists() is (
+            durability == "database")
         raise Rollback
     barrier(1199)
     assert not Job.objects.filter(key__in=["ship/1101", "ship/1102", "ship/1103"]).exists()
@@ -77,7 +79,8 @@ def test_rolled_back_publish_leaves_nothing_and_committed_runs_once(one_worker):
     assert Effect.objects.filter(key="ship/1113").count() == 1
 
 
-def test_a_message_whose_intent_rolled_back_is_refused_not_run(one_worker):
+@pytest.mark.needs_intent
+def test_a_message_whose_intent_rolled_back_is_refused_not_run(durability, one_worker):
     """send_task by name inside atomic() (the hook writes the intent, but the message
     leaves at once), then a rollback: the worker waits for the intent, then refuses the
     message; the body never runs and no row appears."""
@@ -91,8 +94,9 @@ def test_a_message_whose_intent_rolled_back_is_refused_not_run(one_worker):
     assert not Effect.objects.filter(key="ship/1121").exists()
 
 
+@pytest.mark.needs_intent
 def test_a_message_that_arrives_before_its_intent_commits_waits_and_runs_once(
-        broker_service, transactional_db):
+        durability, broker_service, transactional_db):
     """send_task inside atomic(): the message leaves before the intent commits; the
     worker finds no row, re-queues it, and claims it once the transaction commits.
     On MariaDB/MySQL the uncommitted intent's row is locked (InnoDB locks the rows a
@@ -129,8 +133,9 @@ with transaction.atomic():
 """
 
 
-def test_producer_killed_between_commit_and_send_is_sent_by_recovery(broker_service,
-                                                                       transactional_db):
+@pytest.mark.needs_intent
+def test_producer_killed_between_commit_and_send_is_sent_by_recovery(
+        durability, broker_service, transactional_db):
     """The intent committed, its message never left: recovery sends it after the
     never-sent timeout (2 s here), not the dispatch timeout; it runs once."""
     done = subprocess.run([sys.executable, "-c", KILLED_PRODUCER], env=worker_env(),

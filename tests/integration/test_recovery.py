@@ -17,6 +17,7 @@ from celery_idem.recovery import sweep as reaper
 from django_app.effects.models import Effect
 from django_app.effects.tasks import ship_order, wait_for_file, wait_for_file_atomic
 
+from .conftest import broker_redelivers_at_once
 from .jobs import TIMEOUT, job, later
 from .workers import Worker, purge_queue, wait_until
 
@@ -42,7 +43,8 @@ def start_blocked(task, name: str, folder: Path) -> None:
 
 def kill_child_of(worker: Worker, key: str, flags: Path) -> None:
     """SIGKILL the pool child that holds the key's claim (atomic: that runs its body)."""
-    held = job(key).worker  # "host/pid" of the claim
+    # "host/pid" of the claim; atomic: uncommitted (broker durability: no row yet either)
+    held = Job.objects.filter(key=key).values_list("worker", flat=True).first()
     if held:
         pid = int(held.rsplit("/", 1)[1])
     else:  # atomic: the claim is uncommitted; the body wrote its pid to the .started file
@@ -58,7 +60,7 @@ def flags(tmp_path, broker_service, transactional_db):
     return tmp_path
 
 
-def test_child_killed_after_effect_is_released_at_once_and_runs_again(flags):
+def test_child_killed_after_effect_is_released_at_once_and_runs_again(durability, flags):
     """SIGKILL of the pool child: the MainProcess releases the claim, attempt 2 completes."""
     with Worker(concurrency=2) as w:
         start_blocked(wait_for_file, "child", flags)
@@ -75,16 +77,23 @@ def test_child_killed_after_effect_is_released_at_once_and_runs_again(flags):
     assert Effect.objects.filter(key="wait/child").count() == 2
 
 
-def test_child_killed_in_an_atomic_body_leaves_the_effect_exactly_once(flags):
-    """atomic=True: the killed attempt's effect rolled back; one effect, history says so."""
+def test_child_killed_in_an_atomic_body_leaves_the_effect_exactly_once(durability, flags):
+    """atomic=True: the killed attempt's effect rolled back; one effect, history says so.
+    Broker durability: the killed attempt's row rolled back with it, so the requeued
+    message inserts it again (attempt 1) and nothing was left to note the loss on."""
     with Worker(concurrency=2) as w:
         start_blocked(wait_for_file_atomic, "achild", flags)
         kill_child_of(w, "wait-atomic/achild", flags)
         (flags / "achild").touch()
         reaper.reap()
-        wait_until(lambda: job("wait-atomic/achild").state == "SUCCEEDED", TIMEOUT,
+        wait_until(lambda: Job.objects.filter(key="wait-atomic/achild",
+                                              state="SUCCEEDED").exists(), TIMEOUT,
                    what="success")
     assert Effect.objects.filter(key="wait-atomic/achild").count() == 1
+    if durability == "broker":
+        assert job("wait-atomic/achild").attempt == 1
+        assert events("wait-atomic/achild") == []
+        return
     # The attempt that committed claimed after the loss was noted (its claim and success
     # are on the row, not in the history).
     lost = Transition.objects.get(job__key="wait-atomic/achild", event="attempt_lost")
@@ -92,7 +101,7 @@ def test_child_killed_in_an_atomic_body_leaves_the_effect_exactly_once(flags):
 
 
 @pytest.mark.pools
-def test_whole_worker_killed_after_effect_is_recovered_by_the_reaper(flags, pool):
+def test_whole_worker_killed_after_effect_is_recovered_by_the_reaper(durability, flags, pool):
     """SIGKILL of the whole worker: nothing reports it; the stale claim is released by the
     recovery pass (no worker runs while the clock is moved on) and a new worker on the
     same pool completes attempt 2."""
@@ -114,9 +123,13 @@ def test_whole_worker_killed_after_effect_is_recovered_by_the_reaper(flags, pool
 
 
 @pytest.mark.pools
-def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(flags, pool):
+def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(durability, flags, pool):
     """atomic=True, whole worker SIGKILLed: the job was never visibly claimed; the reaper
-    re-dispatches the PENDING intent and the effect exists exactly once."""
+    re-dispatches the PENDING intent and the effect exists exactly once. Broker
+    durability: no row at all, nothing for the reaper; the broker gives the message back
+    (RabbitMQ, when the dead worker's connection closes) and it runs once."""
+    if durability == "broker":
+        return _whole_worker_killed_in_an_atomic_body_without_an_intent(flags, pool)
     first = Worker(pool=pool).start()
     try:
         start_blocked(wait_for_file_atomic, "awhole", flags)
@@ -141,6 +154,28 @@ def test_whole_worker_killed_in_an_atomic_body_runs_the_effect_once(flags, pool)
     assert job("wait-atomic/awhole").attempt == 1
 
 
+def _whole_worker_killed_in_an_atomic_body_without_an_intent(flags, pool):
+    if not broker_redelivers_at_once():
+        pytest.skip("Redis gives an unacknowledged message back only after its visibility "
+                    "timeout (an hour), and without an intent nothing else re-sends it: why "
+                    "broker durability is for RabbitMQ (check celery_idem.W008)")
+    first = Worker(pool=pool).start()
+    try:
+        start_blocked(wait_for_file_atomic, "bwhole", flags)
+    finally:
+        first.kill()
+    (flags / "bwhole").touch()
+    assert not Job.objects.filter(key="wait-atomic/bwhole").exists()
+    assert reaper.reap(now=later()).as_dict() == {}
+    with Worker(pool=pool) as second:
+        wait_until(lambda: job("wait-atomic/bwhole").state == "SUCCEEDED", TIMEOUT,
+                   what="success")
+    second.assert_no_persistence_errors()
+    assert Effect.objects.filter(key="wait-atomic/bwhole").count() == 1
+    assert job("wait-atomic/bwhole").attempt == 1
+    assert events("wait-atomic/bwhole") == []
+
+
 def test_messages_lost_by_the_broker_are_re_dispatched_and_run_once(broker_service,
                                                                      transactional_db):
     """Five jobs published, the broker loses them before any worker starts; the recovery
@@ -160,7 +195,20 @@ def test_messages_lost_by_the_broker_are_re_dispatched_and_run_once(broker_servi
         assert job(f"ship/{1000 + n}").attempt == 1
 
 
-def test_warm_shutdown_leaves_no_claim_behind(worker):
+def test_broker_durability_does_not_re_send_a_message_the_broker_lost(
+        broker_service, transactional_db, settings):
+    """What CELERY_IDEM_DURABILITY = "broker" gives up: the publish wrote nothing, so
+    when the broker loses the message no row exists and recovery has nothing to send."""
+    settings.CELERY_IDEM_DURABILITY = "broker"
+    ship_order.delay(1010)
+    purge_queue()  # the broker loses it
+    report = reaper.reap(now=timezone.now() + timedelta(
+        seconds=idem_settings.DISPATCH_TIMEOUT + 1))
+    assert report.as_dict() == {}
+    assert not Job.objects.filter(key="ship/1010").exists()
+
+
+def test_warm_shutdown_leaves_no_claim_behind(durability, worker):
     """SIGTERM while a body runs: the worker finishes it and exits holding no claim."""
     result = ship_order.delay(77, hold=2.0)
     wait_until(lambda: Effect.objects.filter(key="ship/77").exists(), TIMEOUT, what="start")

@@ -1,0 +1,76 @@
+"""The job database's errors as celery-idem's, and the one place bookkeeping is tried
+again on a fresh connection after a dropped one (or SQLite's ``database is locked``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from django.db import DatabaseError, InterfaceError, OperationalError
+
+from .backends import Backend
+from .errors import NotMigrated, PersistenceError
+from .installation import not_migrated
+
+logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def persistence() -> Iterator[None]:
+    """Turn database errors into PersistenceError, keeping the driver's error as cause."""
+    try:
+        yield
+    except DatabaseError as exc:
+        raise not_migrated(exc) or PersistenceError(f"the job database failed: {exc}") from exc
+
+
+T = TypeVar("T")
+
+
+def retrying(backend: Backend, step: Callable[[], T], backoff: tuple[float, ...],
+             retried: list[bool] | None = None) -> T:
+    """Run ``step`` (bookkeeping on ``backend``); on a dropped connection or a locked
+    SQLite database, close the connection and try again after each of ``backoff``.
+
+    Only outside a transaction: inside the caller's (or an atomic body's) the work is
+    lost with the connection, so the error goes up. ``retried`` gets True appended when
+    a try failed (its write may have landed all the same: the caller checks).
+    """
+    for pause in (*backoff, None):
+        try:
+            with persistence():
+                return step()
+        except PersistenceError as exc:
+            if (pause is None or isinstance(exc, NotMigrated) or not _transient(exc.__cause__)
+                    or not _fresh(backend)):
+                raise
+            logger.warning("job database: %s; trying again on a fresh connection in %ss",
+                           exc.__cause__, pause, extra={"action": "bookkeeping_retry"})
+            if retried is not None:
+                retried.append(True)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
+def _transient(cause: BaseException | None) -> bool:
+    # OperationalError: the server went away, a timeout, SQLite's "database is locked";
+    # InterfaceError: the connection is already closed.
+    return isinstance(cause, OperationalError | InterfaceError)
+
+
+def _fresh(backend: Backend) -> bool:
+    """Close ``backend``'s connection so the next use opens a new one; False inside a
+    transaction, whose work cannot be retried."""
+    connection = backend.connection()
+    if connection is None:
+        return True
+    if connection.in_atomic_block:
+        return False
+    try:
+        connection.close()
+    except DatabaseError:
+        pass  # already broken; Django forgot it all the same
+    return True
