@@ -31,13 +31,11 @@ from .conf import settings
 from .connection import release_bookkeeping
 from .errors import IdempotencyError, KeyMismatch
 from .fingerprints import canonical_json, fingerprint
-from .keys import KeySpec, validate_key
+from .keys import KEY_HEADER, KeySpec, validate_key
 from .states import State
 
 logger = logging.getLogger(__name__)
 
-#: Message header that carries the idempotency key from producer to worker.
-KEY_HEADER = "celery_idem_key"
 #: Header the publish hook sets when it could not accept a send_task message.
 ERROR_HEADER = "celery_idem_error"
 #: apply_async options that decide where a message goes, kept to re-dispatch it.
@@ -203,10 +201,11 @@ def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
         write_intent(job, task_id)
         return publish({**final, "producer": producer})
     outbox = in_transaction()
+    given = tuple(name for name in ("argsrepr", "kwargsrepr") if options.get(name) is not None)
     written: list[int | None] = []
 
     def on_publish(real: Any, body: Any, kw: dict[str, Any]) -> Any:
-        message = envelope.capture(body, kw)
+        message = envelope.capture(body, kw, job, task.app, given)
         written.append(write_intent(replace(
             job, message=message, not_before=envelope.eta(message),
             expires_at=envelope.expires(message), sent=not outbox), task_id))
