@@ -7,9 +7,10 @@ retries, time limits, group / root / parent ids, the user's headers; the routing
 the AMQP properties) and passes it to the producer path, which writes it with the intent
 in the same statement, lean (format 2, ``lean_envelope``: only what the row does not hold
 and a re-send cannot rebuild). A retry's message, kept by the claim it replaces, and
-rows written before format 2 are full envelopes (format 1). A re-send (``recovery.resend``) publishes that message again
-under a new task id, so it behaves as the original would: the ETA and the expiry hold,
-links and chords fire, the retry count continues.
+rows written before format 2 are full envelopes (format 1). A re-send
+(``recovery.resend``) publishes that message again under the task id recovery gives it,
+so it behaves as the original would: the ETA and the expiry hold, links and chords fire,
+the retry count continues.
 
 Values are stored as kombu's JSON encoder writes them (datetimes and the like become
 ``{"__type__": ...}`` objects) and decoded by kombu on the way back: JSON only.

@@ -95,4 +95,5 @@ def test_a_lost_chord_header_member_sent_again_completes_the_chord(db):
     with both_queues():
         wait_until(lambda: effects(tag="c2") == 1, TIMEOUT, what="the chord's callback")
     assert (effects(x=1201, y=0), effects(x=1202, y=0)) == (1, 1)
-    assert effects(tag="c2", results=[1201, 1202]) == 1 and Job.objects.get(key="collect/c2").state == "SUCCEEDED"
+    assert effects(tag="c2", results=[1201, 1202]) == 1
+    assert Job.objects.get(key="collect/c2").state == "SUCCEEDED"
