@@ -17,8 +17,12 @@ class JobQuerySet(models.QuerySet):
         return self.filter(stale_q(now or timezone.now()))
 
     def dead_lettered(self) -> JobQuerySet:
-        """FAILED jobs given up on after max_attempts (a ``dead_lettered`` history row)."""
-        return self.filter(self._dead_letter_row(), state=State.FAILED)
+        """FAILED jobs given up on after max_attempts (a ``dead_lettered`` history row).
+        Driven from those history rows (few, in a partial index on PostgreSQL), not from
+        the FAILED jobs: IN rather than EXISTS, which PostgreSQL ran job by job."""
+        history = self.model._meta.get_field("transitions").related_model
+        rows = history.objects.filter(event="dead_lettered").values("job_id")
+        return self.filter(pk__in=rows, state=State.FAILED)
 
     def not_dead_lettered(self) -> JobQuerySet:
         """Every job but the dead-lettered ones."""

@@ -23,6 +23,9 @@ from ..states import State, live_q, stale_q
 
 #: Each state is counted up to this many jobs; the summary shows more as "10,000+".
 COUNT_LIMIT = 10_000
+#: Under a search or a date range, the states of this many matches are counted: each is
+#: a read of a row wherever it lies (a key prefix's rows are spread over the table).
+SAMPLE_LIMIT = 1_000
 #: At most this many task names are offered in the task filter.
 TASK_NAMES_LIMIT = 200
 #: Sorts after any text that starts with a given prefix (for an index range scan).
@@ -99,7 +102,7 @@ def counted_states(params: Any) -> tuple[frozenset[str], bool]:
 
     A search or a date range is not served by the (state, ...) indexes: counting each
     rare state under it reads every job of that state. Then the summary counts the states
-    of the first COUNT_LIMIT + 1 matches, one query, as lower bounds past the cap.
+    of the newest SAMPLE_LIMIT + 1 matches, one query, as lower bounds past the cap.
     """
     states = {state.value for state in State}
     chosen = params.get("state__exact")
@@ -126,13 +129,18 @@ class StateCountPaginator(Paginator):
     @cached_property
     def state_counts(self) -> dict[str, int]:
         """Jobs per state under the filter, each counted up to COUNT_LIMIT + 1 (or, for a
-        sampled filter, among its first COUNT_LIMIT + 1 matches)."""
+        sampled filter, among its first SAMPLE_LIMIT + 1 matches)."""
         jobs: Any = self.object_list
         jobs = jobs.order_by()
         counts = dict.fromkeys((state.value for state in State), 0)
         if self.sampled:
-            counts.update(Counter(jobs.filter(state__in=self.states)
-                                  .values_list("state", flat=True)[:COUNT_LIMIT + 1]))
+            if self.states != frozenset(State):
+                jobs = jobs.filter(state__in=self.states)
+            # The newest matches, as the list shows them: read along the created_at
+            # index, stopping at the cap (unordered, a key prefix OR a task id became a
+            # bitmap of every match first).
+            newest = jobs.order_by("-created_at").values_list("state", flat=True)
+            counts.update(Counter(newest[:SAMPLE_LIMIT + 1]))
             return counts
         counts.update({state: jobs.filter(state=state).values("pk")[:COUNT_LIMIT + 1].count()
                        for state in self.states})
@@ -141,7 +149,7 @@ class StateCountPaginator(Paginator):
     @cached_property
     def partial(self) -> bool:
         """Whether the counts are lower bounds: a sample that reached the cap."""
-        return self.sampled and sum(self.state_counts.values()) > COUNT_LIMIT
+        return self.sampled and sum(self.state_counts.values()) > SAMPLE_LIMIT
 
     @cached_property
     def count(self) -> int:

@@ -155,8 +155,8 @@ class TestJobList:
     def test_under_a_search_the_states_of_a_sample_are_counted_as_lower_bounds(
             self, viewer, monkeypatch):
         """A key search is not served by the state indexes: one query counts the states
-        of the first COUNT_LIMIT + 1 matches; past the cap every count shows "N+"."""
-        monkeypatch.setattr(changelist, "COUNT_LIMIT", 3)
+        of the first SAMPLE_LIMIT + 1 matches; past the cap every count shows "N+"."""
+        monkeypatch.setattr(changelist, "SAMPLE_LIMIT", 3)
         for n in range(3):
             make_job(f"order/{n}", State.FAILED)
         make_job("order/9", State.SUCCEEDED)
@@ -168,7 +168,7 @@ class TestJobList:
         assert all(i["capped"] for i in items.values() if i["count"])
         assert "more than" in response.content.decode()
         assert not [q for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
-        monkeypatch.setattr(changelist, "COUNT_LIMIT", 10)
+        monkeypatch.setattr(changelist, "SAMPLE_LIMIT", 10)
         items = {i["value"]: i for i in
                  viewer.get(LIST, {"q": "order/"}).context["cl"].state_summary()}
         assert (items["FAILED"]["count"], items["FAILED"]["capped"]) == (3, False)

@@ -143,12 +143,20 @@ def test_the_recovery_sweeps_of_pending_jobs_read_an_index_range():
     if connection.vendor != "postgresql":
         pytest.skip("EXPLAIN's wording is PostgreSQL's")
     now = timezone.now()
-    for condition, index in [(sweep.expired(now), "celery_idem_job_expiry_idx"),
-                             (sweep.sent_and_lost(now), "celery_idem_job_pending_idx"),
-                             (sweep.never_sent(now), "celery_idem_job_unsent_idx")]:
+    # PENDING jobs none of the sweeps wants (sent just now, no expiry), analysed: each
+    # sweep's range is then the cheap way, whatever the statistics left by other tests.
+    Job.objects.bulk_create(Job(namespace="n", key=f"fresh/{n}", task_name="t", state="PENDING",
+                                fingerprint="f", sent_at=now, updated_at=now)
+                            for n in range(300))
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+    for condition, column in [(sweep.expired(now), "expires_at"),
+                              (sweep.sent_and_lost(now), "updated_at"),
+                              (sweep.never_sent(now), "created_at")]:
         query = Job.objects.filter(condition, id__gt=0).order_by("id")[:500]
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table
             cursor.execute("SET LOCAL enable_bitmapscan = off")
             plan = query.explain()
-        assert index in plan and "Index Cond" in plan, (index, plan)
+        ranges = [line for line in plan.splitlines() if "Index Cond" in line]
+        assert any(f"{column} <" in line for line in ranges), (column, plan)
