@@ -97,3 +97,19 @@ def test_a_lost_chord_header_member_sent_again_completes_the_chord(db):
     assert (effects(x=1201, y=0), effects(x=1202, y=0)) == (1, 1)
     assert effects(tag="c2", results=[1201, 1202]) == 1
     assert Job.objects.get(key="collect/c2").state == "SUCCEEDED"
+
+
+def test_a_row_in_the_full_format_is_sent_again_and_runs_once(db):
+    """A row written before format 2 (its message the full envelope, format 1): the
+    broker loses it, recovery sends the stored envelope, a worker runs it once."""
+    ship_order.apply_async((1301,), queue=HELD)
+    job = Job.objects.get(key="ship/1301")
+    full = lean_envelope.expand(app, job.message, job, job.task_id)
+    assert full["v"] == 1 and full["body"][0] == [1301]
+    Job.objects.filter(id=job.id).update(message=full)
+    lose_held()
+    assert reaper.reap(now=past_dispatch_timeout()).total("redispatched") == 1
+    with both_queues():
+        wait_until(lambda: Job.objects.get(key="ship/1301").state == "SUCCEEDED", TIMEOUT,
+                   what="the re-sent job")
+    assert Effect.objects.filter(key="ship/1301").count() == 1
