@@ -26,6 +26,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from celery.backends.rpc import RPCBackend
 from kombu.utils import json as kombu_json
 
 from . import lean_envelope as lean
@@ -125,8 +126,6 @@ def capture(body: Any, kwargs: dict[str, Any], row: Intent | None = None,
 
 def _replies(app: Any) -> bool:
     """Whether results go to the caller's reply-to queue (the RPC result backend)."""
-    from celery.backends.rpc import RPCBackend
-
     return app is not None and isinstance(app.backend, RPCBackend)
 
 

@@ -201,6 +201,7 @@ def send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
         write_intent(job, task_id)
         return publish({**final, "producer": producer})
     outbox = in_transaction()
+    # Argument reprs the caller set (to hide a secret, say) are kept; Celery's own are not.
     given = tuple(name for name in ("argsrepr", "kwargsrepr") if options.get(name) is not None)
     written: list[int | None] = []
 
