@@ -5,9 +5,12 @@ Celery publishes, the wrapper sees the finished message (protocol 2 body with it
 embedded callbacks, errbacks, chain and chord; every header Celery set: ETA, expires,
 retries, time limits, group / root / parent ids, the user's headers; the routing and
 the AMQP properties) and passes it to the producer path, which writes it with the intent
-in the same statement. A re-send (``recovery.resend``) publishes that message again
-under a new task id, so it behaves as the original would: the ETA and the expiry hold,
-links and chords fire, the retry count continues.
+in the same statement, lean (format 2, ``lean_envelope``: only what the row does not hold
+and a re-send cannot rebuild). A retry's message, kept by the claim it replaces, and
+rows written before format 2 are full envelopes (format 1). A re-send
+(``recovery.resend``) publishes that message again under the task id recovery gives it,
+so it behaves as the original would: the ETA and the expiry hold, links and chords fire,
+the retry count continues.
 
 Values are stored as kombu's JSON encoder writes them (datetimes and the like become
 ``{"__type__": ...}`` objects) and decoded by kombu on the way back: JSON only.
@@ -23,12 +26,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from celery.backends.rpc import RPCBackend
 from kombu.utils import json as kombu_json
 
+from . import lean_envelope as lean
+from .backends.values import Intent
 from .conf import settings
 
-#: Envelope format version, for rows written by later versions.
-VERSION = 1
 #: publish() keywords that are not AMQP properties of the message.
 _PUBLISH_KEYWORDS = frozenset({
     "exchange", "routing_key", "serializer", "compression", "retry", "retry_policy",
@@ -78,8 +82,14 @@ def _name(value: Any) -> Any:
     return getattr(value, "name", value)
 
 
-def capture(body: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The envelope of one ``producer.publish(body, **kwargs)`` call, as JSON."""
+def capture(body: Any, kwargs: dict[str, Any], row: Intent | None = None,
+            app: Any = None, given: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The envelope of one ``producer.publish(body, **kwargs)`` call, as JSON.
+
+    With ``row`` (the intent it is written with) the lean format: only what the row does
+    not hold and a re-send cannot rebuild (``expand``). ``given``: the argument reprs the
+    caller set itself (kept: they may hide a secret). ``app``: whose result backend says
+    whether the reply-to queue matters (the RPC backend sends results there)."""
     headers = {name: value for name, value in (kwargs.get("headers") or {}).items()
                if value is not None or name not in _NULL_HEADERS}
     properties = {}
@@ -95,10 +105,13 @@ def capture(body: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         stored_body = None
         for name in _ARGUMENT_HEADERS:
             headers.pop(name, None)
+    if row is not None:
+        return lean.capture(row, stored_body, headers, properties, kwargs,
+                            given, _replies(app), _plain)
     # Body and headers in one round trip through the encoder (each raises alike).
     plain_body, plain_headers = _plain([stored_body, headers])
     return {
-        "v": VERSION,
+        "v": 1,
         "body": None if stored_body is None else plain_body,
         "headers": plain_headers,
         "properties": properties,
@@ -109,6 +122,11 @@ def capture(body: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         "serializer": kwargs.get("serializer"),
         "compression": kwargs.get("compression"),
     }
+
+
+def _replies(app: Any) -> bool:
+    """Whether results go to the caller's reply-to queue (the RPC result backend)."""
+    return app is not None and isinstance(app.backend, RPCBackend)
 
 
 def _when(value: Any) -> datetime | None:
@@ -148,12 +166,16 @@ class Undecodable(ValueError):
     """The stored envelope cannot be turned back into a message."""
 
 
-def publish(app: Any, envelope: dict[str, Any], task_id: str, fresh: bool = False) -> None:
-    """Send the stored message again under ``task_id``: same body, headers, routing.
+def publish(app: Any, job: Any, task_id: str, fresh: bool = False) -> None:
+    """Send ``job``'s stored message again under ``task_id``: same body, headers, routing
+    (a lean envelope, format 2, completed from the row first: ``lean_envelope.expand``).
     ``fresh`` (an operator's retry): without its expiry, and with Celery's retry count
     back at 0, as the reset gives the job a fresh ``max_attempts`` budget."""
+    stored = job.message
     try:
-        message = decode(envelope)
+        if stored.get("v") == lean.VERSION:
+            stored = lean.expand(app, stored, job, task_id)
+        message = decode(stored)
         body = message["body"]
         headers = dict(message["headers"])
         properties = dict(message.get("properties") or {})

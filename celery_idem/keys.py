@@ -16,6 +16,9 @@ from typing import Any, Final
 from .errors import ConfigurationError, InvalidKey, MissingKey
 from .fingerprints import fingerprint
 
+#: Message header that carries the idempotency key from producer to worker.
+KEY_HEADER = "celery_idem_key"
+
 #: Length of the key column; longer keys are refused at publish.
 KEY_MAX_LENGTH: Final = 255
 

@@ -28,14 +28,12 @@ from .connection import release_bookkeeping
 from .durability import writes_intent
 from .errors import IdempotencyError, KeyMismatch
 from .fingerprints import fingerprint
-from .keys import KeySpec, validate_key
+from .keys import KEY_HEADER, KeySpec, validate_key
 from .persistence import persistence
 from .states import State
 
 logger = logging.getLogger(__name__)
 
-#: Message header that carries the idempotency key from producer to worker.
-KEY_HEADER = "celery_idem_key"
 #: Header the publish hook sets when it could not accept a send_task message.
 ERROR_HEADER = "celery_idem_error"
 #: Header of a message with a key and no intent: the producer wrote none (broker
@@ -223,6 +221,8 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
             write_intent(job, task_id)
         return publish({**final, "producer": producer})
     outbox = in_transaction()
+    # Argument reprs the caller set (to hide a secret, say) are kept; Celery's own are not.
+    given = tuple(name for name in ("argsrepr", "kwargsrepr") if options.get(name) is not None)
     written: list[int | None] = []
 
     def on_publish(real: Any, body: Any, kw: dict[str, Any]) -> Any:
@@ -235,7 +235,7 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
                                       using=settings.DATABASE)
                 return None
             return real.publish(body, **kw)
-        message = envelope.capture(body, kw)
+        message = envelope.capture(body, kw, job, task.app, given)
         captured = replace(job, message=message, not_before=envelope.eta(message),
                            expires_at=envelope.expires(message), sent=not outbox)
         batch = open_batch.get()

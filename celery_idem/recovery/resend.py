@@ -15,9 +15,9 @@ from typing import Any
 from celery import current_app
 from celery.utils import uuid
 
-from .. import envelope
+from .. import envelope, lean_envelope
 from ..errors import ConfigurationError
-from ..producer import KEY_HEADER
+from ..keys import KEY_HEADER
 
 
 def task_id_for(job: Any) -> str:
@@ -29,6 +29,8 @@ def task_id_for(job: Any) -> str:
     if getattr(job, "state", None) == "EXPIRED":
         return uuid()
     original = (message.get("headers") or {}).get("id")
+    if message.get("v") == lean_envelope.VERSION:
+        original = getattr(job, "task_id", "")  # the row holds the message's id
     return str(original) if original else uuid()
 
 
@@ -49,7 +51,7 @@ def redispatch(job: Any, countdown: float | None = None, task_id: str | None = N
         )
     task_id = task_id or uuid()
     if getattr(job, "message", None) and not countdown:
-        envelope.publish(current_app, job.message, task_id, fresh=fresh)
+        envelope.publish(current_app, job, task_id, fresh=fresh)
         return task_id
     options: dict[str, Any] = dict(job.options or {})
     if countdown:
