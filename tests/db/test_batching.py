@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from celery import group
+from celery import current_app, group
 from django.db import connection, transaction
 
-from celery_idem import KeyMismatch, batch, publish_many
+from celery_idem import KeyMismatch, batch, lean_envelope, publish_many
 from celery_idem.connection import bookkeeping_connection, release_bookkeeping
 from celery_idem.models import Job
 from tests.pgtrace import round_trips
@@ -161,8 +161,11 @@ def test_each_row_of_a_batch_keeps_its_own_message_and_eta(backend):
     assert later.not_before is not None and later.expires_at is not None
     assert later.not_before < later.expires_at
     assert now.not_before is None and now.expires_at is None
-    assert later.message["body"][0] == [1200] and now.message["body"][0] == [1201]
-    assert later.message["headers"]["id"] == later.task_id
+    sent = {job.key: lean_envelope.expand(current_app, job.message, job, job.task_id)
+            for job in (later, now)}
+    assert sent["echo/1200"]["body"][0] == [1200] and sent["echo/1201"]["body"][0] == [1201]
+    assert sent["echo/1200"]["headers"].get("eta") is not None
+    assert sent["echo/1201"]["headers"].get("eta") is None
 
 
 def test_a_mismatch_caught_inside_the_transaction_keeps_the_other_keys(backend):
