@@ -34,6 +34,10 @@ class Fault:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+#: How often a fault looks for its target (each look waits up to 10 s for a busy child).
+TRIES = 3
+
+
 def schedule(rng: random.Random, duration: float, redis: bool) -> list[tuple[float, str]]:
     """(seconds after the start, kind), in order: every kind at least once, more in
     longer runs, at random moments between 10% and 90% of the publishing window."""
@@ -73,7 +77,13 @@ class Injector(threading.Thread):
             if self.stopping.wait(max(0.0, start + offset - time.monotonic())):
                 return
             try:
-                fault = getattr(self, kind)()
+                # A fault whose target is not there (no busy child within the pick's
+                # wait, on a slow machine) tries again: every kind must strike once.
+                fault = None
+                for _ in range(TRIES):
+                    fault = getattr(self, kind)()
+                    if fault is not None or self.stopping.is_set():
+                        break
             except Exception as exc:  # reported and failed by the checks, never hidden
                 self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
                 continue

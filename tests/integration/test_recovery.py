@@ -168,7 +168,9 @@ def _whole_worker_killed_in_an_atomic_body_without_an_intent(flags, pool):
     assert not Job.objects.filter(key="wait-atomic/bwhole").exists()
     assert reaper.reap(now=later()).as_dict() == {}
     with Worker(pool=pool) as second:
-        wait_until(lambda: job("wait-atomic/bwhole").state == "SUCCEEDED", TIMEOUT,
+        # The second worker's claim inserts the row: none until the message comes back.
+        wait_until(lambda: Job.objects.filter(key="wait-atomic/bwhole",
+                                              state="SUCCEEDED").exists(), TIMEOUT,
                    what="success")
     second.assert_no_persistence_errors()
     assert Effect.objects.filter(key="wait-atomic/bwhole").count() == 1
