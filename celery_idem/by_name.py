@@ -28,7 +28,7 @@ from celery import current_app
 from .children import BASE_HEADER, CHORD_UNLOCK, publishing_task
 from .durability import writes_intent
 from .errors import IdempotencyError
-from .keys import missing_key, validate_key
+from .keys import carry_key, missing_key
 from .producer import (
     ERROR_HEADER,
     KEY_HEADER,
@@ -56,10 +56,8 @@ def checked_send_task(app: Any, send_task: Any, name: str, args: Any = None,
     ``PER_CALL`` task registered here, sent without a key outside a job."""
     if SENDING.get():  # IdempotentTask.apply_async, through Celery's: already keyed
         return send_task(name, args, kwargs, *more, **options)
-    headers = dict(options.get("headers") or {})
-    if idempotency_key is not None:
-        headers[KEY_HEADER] = validate_key(idempotency_key)
-        options["headers"] = headers
+    carry_key(options, idempotency_key)
+    headers = options.get("headers") or {}
     task = app.tasks.get(name)
     spec = task.key_spec() if hasattr(task, "key_spec") else None
     if (spec is not None and spec.per_call and KEY_HEADER not in headers

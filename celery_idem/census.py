@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from django.db import connections
 from django.db.models import Count, Q
 
+from .backends import get_backend
 from .conf import settings
 from .models import Job
 from .states import State
@@ -37,17 +37,15 @@ class JobCount(NamedTuple):
 
 
 def job_counts(*, exact: bool = False, using: str | None = None) -> list[JobCount]:
-    """Jobs per (task, state), sorted; exact for every state but SUCCEEDED on PostgreSQL,
-    whose count is an estimate unless ``exact``."""
+    """Jobs per (task, state), sorted; exact for every state but SUCCEEDED where the
+    database keeps statistics to estimate it from (PostgreSQL), unless ``exact``."""
     using = using or settings.DATABASE
     jobs = Job.objects.using(using)
-    if exact or connections[using].vendor != "postgresql":
+    statistics = None if exact else get_backend(using).task_name_statistics()
+    if statistics is None:
         return _grouped(jobs.all(), exact=True)
     rare = _grouped(jobs.filter(~Q(state=BULK)), exact=True)
-    estimate = _bulk_estimate(using, rare)
-    if estimate is None:  # never analysed: no statistics to estimate from
-        return _grouped(jobs.all(), exact=True)
-    return sorted(rare + estimate)
+    return sorted(rare + _bulk_estimate(*statistics, rare))
 
 
 def _grouped(jobs: object, *, exact: bool) -> list[JobCount]:
@@ -56,31 +54,17 @@ def _grouped(jobs: object, *, exact: bool) -> list[JobCount]:
     return sorted(JobCount(task, state, n, exact) for task, state, n in rows)
 
 
-def _bulk_estimate(using: str, rare: list[JobCount]) -> list[JobCount] | None:
-    """SUCCEEDED per task: the estimated rows of each task (row count x the task name's
-    frequency) less its exact rare ones; what no task frequency covers goes to the tasks
-    the statistics do not name, or to ``OTHER_TASKS``."""
-    table = Job._meta.db_table
-    with connections[using].cursor() as cursor:
-        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [table])
-        found = cursor.fetchone()
-        if found is None or found[0] < 0:
-            return None
-        rows = float(found[0])
-        cursor.execute(
-            "SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats "
-            "WHERE schemaname = current_schema() AND tablename = %s "
-            "AND attname = 'task_name'", [table])
-        stats = cursor.fetchone()
-    if stats is None:
-        return None
-    names, freqs = stats[0] or [], stats[1] or []
+def _bulk_estimate(rows: float, shares: dict[str, float],
+                   rare: list[JobCount]) -> list[JobCount]:
+    """SUCCEEDED per task: the estimated rows of each task (``rows`` x the task name's
+    share) less its exact rare ones; what no share covers goes to the tasks the
+    statistics do not name, or to ``OTHER_TASKS``."""
     rare_per_task = Counter[str]()
     for count in rare:
         rare_per_task[count.task_name] += count.count
     bulk_total = max(0, round(rows) - sum(rare_per_task.values()))
-    estimates = {name: max(0, round(rows * freq) - rare_per_task[name])
-                 for name, freq in zip(names, freqs, strict=True)}
+    estimates = {name: max(0, round(rows * share) - rare_per_task[name])
+                 for name, share in shares.items()}
     rest = bulk_total - sum(estimates.values())
     unnamed = sorted(set(rare_per_task) - set(estimates))
     if rest > 0:

@@ -59,6 +59,13 @@ def validate_key(key: Any) -> str:
     return key
 
 
+def carry_key(options: dict[str, Any], key: str | None) -> None:
+    """Put ``key`` (checked) in the ``KEY_HEADER`` of the publish ``options``, if given:
+    how ``send_task`` and an eager ``apply`` take ``idempotency_key=``."""
+    if key is not None:
+        options["headers"] = {**(options.get("headers") or {}), KEY_HEADER: validate_key(key)}
+
+
 def missing_key(task_name: str) -> MissingKey:
     """The error of a ``PER_CALL`` task sent without a key, naming the ways to give one."""
     return MissingKey(

@@ -23,8 +23,8 @@ from . import pools, replacement, runner, steps
 from .backends import Intent
 from .conf import settings
 from .errors import ConfigurationError, ReservedAttribute
-from .keys import KeySpec, body_signature, validate_key
-from .producer import KEY_HEADER, build_intent, send
+from .keys import KeySpec, body_signature, carry_key
+from .producer import build_intent, send
 
 IN_PROGRESS_POLICIES = ("retry", "ignore", "raise")
 #: Celery's built-in tasks that call a task's body directly, once per item.
@@ -232,9 +232,7 @@ class IdempotentTask(DjangoTask):
         claims it and commits like a worker, so it runs once per key. A ``PER_CALL`` task
         applied without one has no key: its body runs as a plain call, writing no row.
         """
-        if idempotency_key is not None:
-            options["headers"] = {**(options.get("headers") or {}),
-                                  KEY_HEADER: validate_key(idempotency_key)}
+        carry_key(options, idempotency_key)
         args, kwargs = self.sent_arguments(args, kwargs)
         return super().apply(args, kwargs, *more, **options)
 

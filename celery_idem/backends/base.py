@@ -259,3 +259,9 @@ class Backend(ABC):
     def task_names(self, limit: int) -> list[str]:
         """The distinct task names of the jobs, in order, at most ``limit``."""
 
+    def task_name_statistics(self) -> tuple[float, dict[str, float]] | None:
+        """The planner's estimate of the job table's rows, and the share of them each
+        frequent task name holds, where the database keeps such statistics (PostgreSQL,
+        once the table was analysed); None elsewhere: count instead."""
+        return None
+

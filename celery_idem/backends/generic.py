@@ -31,6 +31,18 @@ from .values import (
 )
 
 
+def _guard(change: Change, now: datetime) -> Q:
+    """The row conditions of ``change``'s move (``states.guard_q``), with its values."""
+    return states.guard_q(change.move, now=now, attempt=change.attempt,
+                          fingerprint=change.fingerprint, dispatch_count=change.dispatch_count)
+
+
+def _write(change: Change) -> tuple[Any, ...]:
+    """What a change writes and is guarded by, whatever its job."""
+    return (change.event, change.from_state, change.attempt, change.fingerprint,
+            change.dispatch_count, change.values)
+
+
 def _columns(move: Move, intent: Intent, now: datetime, task_id: str) -> dict[str, Any]:
     """The columns of ``intent``'s new row in ``move.target``."""
     return {"namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
@@ -139,10 +151,7 @@ class GenericBackend(Backend):
             return ClaimOutcome(False, row, recorded)
 
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
-        guard = states.guard_q(move, now=now, attempt=change.attempt,
-                               fingerprint=change.fingerprint,
-                               dispatch_count=change.dispatch_count)
-        jobs = self._jobs().filter(guard, id=change.job_id)
+        jobs = self._jobs().filter(_guard(change, now), id=change.job_id)
         with transaction.atomic(using=self.alias):
             if move.target is None and not change.values:
                 # History only: the row is not written, only checked (and locked where
@@ -172,15 +181,14 @@ class GenericBackend(Backend):
         # anything else (a move that records history, or only records it, or changes
         # that differ) one change at a time.
         first = changes[0]
-        same = (first.event, first.from_state, first.attempt, first.values)
         if first.move.recorded or not (first.move.target or first.values) or any(
-                (c.event, c.from_state, c.attempt, c.values) != same for c in changes):
+                _write(c) != _write(first) for c in changes):
             return super()._apply_batch(changes, now)
         with transaction.atomic(using=self.alias):
             self._take_write_lock()
             moved = set(self._jobs().filter(
-                id__in=[c.job_id for c in changes], state=first.from_state,
-                attempt=first.attempt).select_for_update().values_list("id", flat=True))
+                _guard(first, now), id__in=[c.job_id for c in changes],
+                state=first.from_state).select_for_update().values_list("id", flat=True))
             if moved:
                 self._jobs().filter(id__in=moved).update(
                     state=first.to_state, updated_at=now, **first.values)

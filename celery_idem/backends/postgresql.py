@@ -258,3 +258,14 @@ class PostgreSQLBackend(Backend):
 
     def task_names(self, limit: int) -> list[str]:
         return [name for (name,) in self._fetch(QUERIES["task_names"], {"limit": limit})]
+
+    def task_name_statistics(self) -> tuple[float, dict[str, float]] | None:
+        table = {"table": Job._meta.db_table}
+        found = self._fetch(QUERIES["job_rows_estimate"], table)
+        if not found or found[0][0] < 0:
+            return None
+        stats = self._fetch(QUERIES["task_name_frequencies"], table)
+        if not stats:
+            return None
+        names, shares = stats[0][0] or [], stats[0][1] or []
+        return float(found[0][0]), dict(zip(names, shares, strict=True))

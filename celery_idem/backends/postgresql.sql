@@ -169,6 +169,15 @@ SELECT %(attempt)s - COALESCE((
     SELECT attempt FROM {history} WHERE job_id = %(id)s AND event = %(reset)s
     ORDER BY id DESC LIMIT 1), 0)
 
+-- name: job_rows_estimate
+-- The planner's row count of the job table (negative: never analysed).
+SELECT reltuples FROM pg_class WHERE oid = %(table)s::regclass
+
+-- name: task_name_frequencies
+-- The task names ANALYZE found most common, and the share of the rows each holds.
+SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats
+WHERE schemaname = current_schema() AND tablename = %(table)s AND attname = 'task_name'
+
 -- name: task_names
 -- A loose index scan: each step takes the next name from the (task_name, created_at)
 -- index, one probe per name instead of a DISTINCT over every job.

@@ -128,6 +128,11 @@ class Pass:
             self.tasks[name] = registered_task(name)
         return self.tasks[name]
 
+    def knows(self, name: str) -> bool:
+        """Whether this process has the task's declarations a stale claim needs (may it
+        re-run? how often?); without them neither hand-back is safe."""
+        return getattr(self.task(name), "on_stale_claim", None) is not None
+
     def lost_message(self, job: Job, batch: Batch) -> None:
         """Send a PENDING job again; the count and the new task id go in the same write."""
         if job.dispatch_count >= int(settings.MAX_REDISPATCHES):
@@ -173,7 +178,7 @@ class Pass:
         counted as skipped in one query, not locked and read one by one on every pass
         (5,000 claims of a task a deploy removed took ~1 s a pass at 10M jobs)."""
         unknown = {name: n for name, n in self.backend.task_counts(stale).items()
-                   if getattr(self.task(name), "on_stale_claim", None) is None}
+                   if not self.knows(name)}
         for name, n in unknown.items():
             self.report.counts["skipped"][name] += n
             self.skipped[(name, UNKNOWN_TASK)] += n
@@ -181,15 +186,14 @@ class Pass:
 
     def stale_claim(self, job: Job, batch: Batch) -> None:
         """Hand back the claim of a worker that is presumed dead (``recovery.handback``)."""
-        task = self.task(job.task_name)
-        if getattr(task, "on_stale_claim", None) is None:
-            # Neither choice is safe without the task's declarations (may it re-run?
-            # how often?): leave it to a process that knows the task, or an operator.
+        if not self.knows(job.task_name):
+            # Leave it to a process that knows the task, or an operator.
             self._skip(job, UNKNOWN_TASK)
             return
         lost = (f"stale claim: attempt {job.attempt} by {job.worker or 'unknown worker'}, "
                 f"lease expired at {job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}")
-        batch.moves.append((job, plan(self.backend, job, task, lost, resend=True)))
+        batch.moves.append((job, plan(self.backend, job, self.task(job.task_name), lost,
+                                      resend=True)))
 
     def apply(self, batch: Batch) -> None:
         """Make the batch's moves; count those that matched and queue their messages."""
