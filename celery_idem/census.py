@@ -49,8 +49,10 @@ def job_counts(*, exact: bool = False, using: str | None = None) -> list[JobCoun
 
 
 def _grouped(jobs: object, *, exact: bool) -> list[JobCount]:
+    # COUNT(*), not COUNT(id): the id is not in the census index, so counting it would
+    # read every row's heap page (0.9 s at 10M jobs instead of 30 ms).
     rows = (jobs.values_list("task_name", "state")  # type: ignore[attr-defined]
-            .annotate(n=Count("id")).order_by())
+            .annotate(n=Count("*")).order_by())
     return sorted(JobCount(task, state, n, exact) for task, state, n in rows)
 
 

@@ -66,6 +66,14 @@ class Job(models.Model):
     # Outcome.
     result = models.JSONField(_("result"), null=True, blank=True)
     error = models.JSONField(_("error"), null=True, blank=True)
+    # Written by the moves themselves (states.MOVES: set by ``dead_lettered``, cleared by
+    # ``reset``), so the jobs given up on are found from the row, not from its history.
+    # The database default serves the backends' own INSERT statements.
+    dead_lettered = models.BooleanField(
+        _("dead-lettered"), default=False, db_default=False, editable=False,
+        help_text=_("FAILED because its attempts ran out, or its message could not be "
+                    "delivered"),
+    )
 
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
@@ -104,8 +112,10 @@ class Job(models.Model):
             # the worker's shutdown hand-back (RUNNING by worker).
             models.Index(fields=["lease_expires_at"], name="celery_idem_job_lease_idx",
                          condition=models.Q(state=State.RUNNING.value)),
-            # The reaper: PENDING past its dispatch timeout, or past its expiry.
-            models.Index(fields=["updated_at"], name="celery_idem_job_pending_idx",
+            # The reaper: PENDING past its dispatch timeout, one range per re-dispatch
+            # count (each count waits its own back-off: recovery.due).
+            models.Index(fields=["dispatch_count", "updated_at"],
+                         name="celery_idem_job_pending_idx",
                          condition=models.Q(state=State.PENDING.value)),
             # The recovery pass: PENDING past its expiry; PENDING never sent (an intent
             # written in a transaction whose message never left). Both few, both read
@@ -124,6 +134,10 @@ class Job(models.Model):
             # state, counted from the index alone (SUCCEEDED, the bulk, is estimated).
             models.Index(fields=["state", "task_name"], name="celery_idem_job_census_idx",
                          condition=~models.Q(state=State.SUCCEEDED.value)),
+            # The dead-lettered jobs, newest first (the admin's filter, idem_status).
+            # (Not on MySQL/MariaDB: there the FAILED jobs' (state, created_at) index serves.)
+            models.Index(fields=["-created_at"], name="celery_idem_job_dead_idx",
+                         condition=models.Q(state=State.FAILED.value, dead_lettered=True)),
             # The admin: newest first, per task (and the task filter's names), search by
             # task id (by key prefix: the unique index, which leads with the key).
             models.Index(fields=["-created_at"], name="celery_idem_job_created_idx"),
@@ -168,12 +182,6 @@ class Transition(models.Model):
         ordering = ["at", "id"]
         indexes = [
             models.Index(fields=["job", "at"], name="celery_idem_transition_job_idx"),
-            # The dead-lettered jobs (JobQuerySet.dead_lettered, the admin's filter): the
-            # few history rows of that event, not a scan of the whole history. Not on
-            # MySQL/MariaDB (no partial indexes; celery_idem/schema.py): there the lookup
-            # per job uses the index above.
-            models.Index(fields=["job"], name="celery_idem_dead_letter_idx",
-                         condition=models.Q(event="dead_lettered")),
         ]
 
     def __str__(self) -> str:

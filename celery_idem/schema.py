@@ -38,7 +38,7 @@ FILLFACTOR = 70
 #: created_at), and the parent index, (parent_id), serve as Django creates them.)
 PLAIN_INDEXES = {
     "celery_idem_job_lease_idx": ("state", "lease_expires_at"),
-    "celery_idem_job_pending_idx": ("state", "updated_at"),
+    "celery_idem_job_pending_idx": ("state", "dispatch_count", "updated_at"),
 }
 
 #: Columns whose values are identities compared for equality: (model, field). The state
@@ -79,7 +79,15 @@ def lay_out_job_table(apps: Any, schema_editor: Any) -> None:
     quote = schema_editor.quote_name
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(f"ALTER TABLE {quote(table)} SET (fillfactor = {FILLFACTOR})")
-    elif _is_mysql(schema_editor):
+    plain_state_indexes(apps, schema_editor)
+
+
+def plain_state_indexes(apps: Any, schema_editor: Any) -> None:
+    """MySQL/MariaDB: PLAIN_INDEXES as they are now, whatever is there (0006, and 0013,
+    which changed the pending index's columns); a no-op elsewhere."""
+    table = apps.get_model("celery_idem", "Job")._meta.db_table
+    quote = schema_editor.quote_name
+    if _is_mysql(schema_editor):
         existing = _indexes(schema_editor, table)
         for name, columns in PLAIN_INDEXES.items():
             if existing.get(name) == list(columns):

@@ -84,6 +84,9 @@ class Move:
     #: Whether the move is announced (``signals.transition`` and its log line), recorded
     #: or not: every move but a lease extension and the outbox's sent mark.
     announced: bool = True
+    #: Columns the move always writes with the same value, as (column, value) pairs:
+    #: a ``Change`` of the move carries them without its writer naming them.
+    marks: tuple[tuple[str, object], ...] = ()
 
     def starts_from(self, state: State | None) -> bool:
         return state in self.sources
@@ -111,9 +114,11 @@ RESEND_COLUMNS = frozenset({"task_id", "dispatch_count", "sent_at"})
 
 def _m(event: str, sources: set[State | None] | frozenset[State | None],
        target: State | None, guard: Guard, sets: set[str] | frozenset[str], label: Promise,
-       recorded: bool = True, announced: bool = True) -> Move:
-    return Move(event, frozenset(sources), target, guard, frozenset(sets), label, recorded,
-                announced)
+       recorded: bool = True, announced: bool = True, marks: dict[str, object] | None = None,
+       ) -> Move:
+    marks = marks or {}
+    return Move(event, frozenset(sources), target, guard, frozenset(sets) | set(marks), label,
+                recorded, announced, tuple(sorted(marks.items())))
 
 
 _FENCED, _NONE = Guard.FENCED, Guard.NONE
@@ -146,13 +151,17 @@ MOVES: dict[str, Move] = {m.event: m for m in [
     # Stale claim, worker lost, worker shut down, or an operator.
     _m("released", {R}, P, _FENCED, {"lease_expires_at", "worker"} | RESEND_COLUMNS,
        _("released")),
-    _m("dead_lettered", {R, P}, F, _FENCED, _ENDS | {"error"}, _("dead-lettered")),
+    # The flag marks the FAILED jobs an operator looks for (the admin's filter,
+    # idem_status, idem_retry --reason dead-lettered) in the row, not in its history.
+    _m("dead_lettered", {R, P}, F, _FENCED, _ENDS | {"error"}, _("dead-lettered"),
+       marks={"dead_lettered": True}),
     # Lost mid-run, and the task must not re-run blindly: an operator decides.
     _m("uncertain", {R}, U, _FENCED, {"lease_expires_at", "worker"}, _("outcome uncertain")),
     # Its message expired unclaimed (Celery dropped it, or `expires` passed).
     _m("expired", {P}, X, _FENCED, _ENDS | {"error"}, _("expired")),
     _m("reset", {F, U, X}, P, _FENCED,
-       _ENDS | {"error", "not_before"} | RESEND_COLUMNS, _("reset by an operator")),
+       _ENDS | {"error", "not_before"} | RESEND_COLUMNS, _("reset by an operator"),
+       marks={"dead_lettered": False}),
     _m("resolved", {U}, S, _FENCED, _ENDS | {"error"}, _("resolved by an operator")),
     # The state stays. A replay of a finished key is a read: it writes nothing (it is
     # still announced, like every move but the two below that only touch a timestamp).
@@ -281,7 +290,9 @@ def markdown_table() -> str:
         target = "(unchanged)" if m.target is None else m.target.value
         guard = ", ".join(g.name.lower() for g in Guard if g and g in m.guard
                           and g.name is not None) or "-"
+        marked = dict(m.marks)
+        writes = sorted(m.sets - set(marked)) + [f"{c} = {v!r}" for c, v in m.marks]
         lines.append(f"| {m.event} | {sources} | {target} | {guard} | "
-                     f"{', '.join(sorted(m.sets)) or '-'} | {'yes' if m.recorded else 'no'} |")
+                     f"{', '.join(writes) or '-'} | {'yes' if m.recorded else 'no'} |")
     return "\n".join(lines) + "\n"
 

@@ -232,12 +232,12 @@ class Backend(ABC):
         return None if found is None else (State(found[0]), int(found[1]))
 
     @abstractmethod
-    def locked_batch(self, condition: Q, after_id: int,
-                     limit: int) -> AbstractContextManager[list[Job]]:
+    def locked_batch(self, condition: Q, limit: int,
+                     order: tuple[str, ...]) -> AbstractContextManager[list[Job]]:
         """Open one short transaction and yield up to ``limit`` jobs matching ``condition``
-        with ``id > after_id``, by id, locked against concurrent recovery passes (rows
-        another pass holds are skipped where the database can). Changes applied inside
-        the block commit with it."""
+        in ``order``, locked against concurrent recovery passes (rows another pass holds
+        are skipped where the database can). Changes applied inside the block commit
+        with it."""
 
     def task_counts(self, condition: Q) -> dict[str, int]:
         """How many jobs match ``condition``, per task name (read, not locked)."""

@@ -236,10 +236,11 @@ class GenericBackend(Backend):
     # -- reads ---------------------------------------------------------------------------
 
     @contextmanager
-    def locked_batch(self, condition: Q, after_id: int, limit: int) -> Iterator[list[Job]]:
+    def locked_batch(self, condition: Q, limit: int,
+                     order: tuple[str, ...]) -> Iterator[list[Job]]:
         features = connections[self.alias].features
         with transaction.atomic(using=self.alias):
-            jobs = self._jobs().filter(condition, id__gt=after_id).order_by("id")
+            jobs = self._jobs().filter(condition).order_by(*order)
             if features.has_select_for_update_skip_locked:  # MySQL 8, MariaDB 10.6
                 jobs = jobs.select_for_update(skip_locked=True)
             elif features.has_select_for_update:  # older MariaDB: wait for the other pass

@@ -8,6 +8,7 @@ replay behave as in production; jobs and their history live in dicts of this pro
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from django.db.models import Q
 from .. import states
 from ..states import Guard, Move, State, StepWrite
 from .base import Backend
+from .memory_query import q_matches
 from .values import (
     DUPLICATE,
     DUPLICATE_REASON,
@@ -73,6 +75,7 @@ class MemoryJob:
     sent_at: datetime | None = None
     result: Any = None
     error: dict[str, Any] | None = None
+    dead_lettered: bool = False
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -250,12 +253,13 @@ class InMemoryBackend(Backend):
     # -- reads ---------------------------------------------------------------------------
 
     @contextmanager
-    def locked_batch(self, condition: Q, after_id: int, limit: int) -> Iterator[list[Any]]:
+    def locked_batch(self, condition: Q, limit: int,
+                     order: tuple[str, ...]) -> Iterator[list[Any]]:
         from ..models import Job
 
         with self._lock:
-            rows = [j for j in sorted(self.jobs.values(), key=lambda j: j.id)
-                    if j.id > after_id and _q_matches(condition, j)]
+            rows = sorted((j for j in self.jobs.values() if q_matches(condition, j)),
+                          key=operator.attrgetter(*order))
             # Unsaved model instances: recovery reads their fields and never saves them.
             yield [Job(**vars(j)) for j in rows[:limit]]
 
@@ -270,30 +274,4 @@ class InMemoryBackend(Backend):
     def task_counts(self, condition: Q) -> dict[str, int]:
         with self._lock:
             return dict(Counter(j.task_name for j in self.jobs.values()
-                                if _q_matches(condition, j)))
-
-
-def _q_matches(q: Q, job: MemoryJob) -> bool:
-    """Evaluate a recovery filter (``Q`` of exact, ``__lt``, ``__lte``, ``__gte``,
-    ``__isnull``, ``__in`` lookups) against a job in memory."""
-    results = []
-    for child in q.children:
-        if isinstance(child, Q):
-            results.append(_q_matches(child, job))
-            continue
-        lookup, expected = child
-        column, _, op = lookup.partition("__")
-        value = getattr(job, column)
-        results.append(_LOOKUPS[op or "exact"](value, expected))
-    matched = all(results) if q.connector == Q.AND else any(results)
-    return not matched if q.negated else matched
-
-
-_LOOKUPS = {
-    "exact": lambda value, expected: value == expected,
-    "lt": lambda value, expected: value is not None and value < expected,
-    "lte": lambda value, expected: value is not None and value <= expected,
-    "gte": lambda value, expected: value is not None and value >= expected,
-    "isnull": lambda value, expected: (value is None) == expected,
-    "in": lambda value, expected: value in expected,
-}
+                                if q_matches(condition, j)))

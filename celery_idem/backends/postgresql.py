@@ -243,12 +243,13 @@ class PostgreSQLBackend(Backend):
     # -- reads ---------------------------------------------------------------------------
 
     @contextmanager
-    def locked_batch(self, condition: Q, after_id: int, limit: int) -> Iterator[list[Job]]:
+    def locked_batch(self, condition: Q, limit: int,
+                     order: tuple[str, ...]) -> Iterator[list[Job]]:
         # SKIP LOCKED: a concurrent pass takes the next rows instead of waiting for these,
         # and re-checks the condition on rows committed meanwhile, so each is handled once.
         with transaction.atomic(using=self.alias):
-            jobs = (Job.objects.using(self.alias).filter(condition, id__gt=after_id)
-                    .order_by("id").select_for_update(skip_locked=True, of=("self",)))
+            jobs = (Job.objects.using(self.alias).filter(condition)
+                    .order_by(*order).select_for_update(skip_locked=True, of=("self",)))
             yield list(jobs[:limit])
 
     def attempts_since_reset(self, job_id: int, attempt: int) -> int:

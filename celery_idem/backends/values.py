@@ -108,6 +108,13 @@ class Change:
     dispatch_count: int | None = None
     task_name: str = ""
 
+    def __post_init__(self) -> None:
+        # The values the move always writes (``Move.marks``) travel with every change of
+        # it, so no writer has to know them and no backend renders them on its own.
+        m = states.MOVES.get(self.event)
+        if m is not None and m.marks:
+            object.__setattr__(self, "values", {**dict(m.marks), **self.values})
+
     @property
     def move(self) -> Move:
         return states.move(self.event)

@@ -51,7 +51,7 @@ from ..errors import Expired, Undeliverable
 from ..models import Job
 from ..persistence import persistence
 from ..states import State, stale_q
-from .due import expired, never_sent, redispatch_wait, sent_and_lost
+from .due import Sweep, expired, lost_messages, redispatch_wait
 from .handback import HandBack, plan, registered_task, resendable
 from .resend import redispatch, task_id_for
 
@@ -242,13 +242,12 @@ def reap(*, now: datetime | None = None, using: str | None = None,
     run = Pass(get_backend(using or settings.DATABASE), now or timezone.now())
     limit = batch_size or settings.REAPER_BATCH_SIZE
     with persistence():
-        _sweep(run, expired(run.now), limit, run.expired)
-        # The lost messages in two sweeps, each the range of an index (a union of both
-        # would read every PENDING job): sent and unclaimed; never sent.
-        not_expired = ~Q(expires_at__lt=run.now)
-        _sweep(run, sent_and_lost(run.now) & not_expired, limit, run.lost_message)
-        _sweep(run, never_sent(run.now) & not_expired, limit, run.lost_message)
-        _sweep(run, run.known_tasks(stale_q(run.now)), limit, run.stale_claim)
+        _sweep(run, Sweep(expired(run.now), ("expires_at", "id")), limit, run.expired)
+        # The lost messages: sent and unclaimed, a range per re-dispatch count; never sent.
+        for lost in lost_messages(run.now):
+            _sweep(run, lost, limit, run.lost_message)
+        stale = run.known_tasks(stale_q(run.now))
+        _sweep(run, Sweep(stale, ("lease_expires_at", "id")), limit, run.stale_claim)
     run.log_skipped()
     report = run.report
     level = logging.WARNING if any(report.total(a) for a in (
@@ -258,13 +257,13 @@ def reap(*, now: datetime | None = None, using: str | None = None,
     return report
 
 
-def _sweep(run: Pass, condition: Q, limit: int,
+def _sweep(run: Pass, sweep: Sweep, limit: int,
            handle: Callable[[Job, Batch], None]) -> None:
-    """Walk the rows matching ``condition`` by id, one locked batch at a time."""
-    after = 0
+    """Walk the rows of ``sweep`` in its index's order, one locked batch at a time."""
+    after = Q()
     while True:
         batch = Batch()
-        with run.backend.locked_batch(condition, after, limit) as jobs:
+        with run.backend.locked_batch(sweep.condition & after, limit, sweep.order) as jobs:
             for job in jobs:
                 handle(job, batch)
             run.apply(batch)
@@ -272,4 +271,4 @@ def _sweep(run: Pass, condition: Q, limit: int,
             run.send(job, task_id)
         if len(jobs) < limit:
             return
-        after = jobs[-1].id
+        after = sweep.after(jobs[-1])

@@ -189,7 +189,7 @@ def test_batches_move_the_matching_rows_and_count_resets(store):
     for n in range(3):
         ids.append(store.publish(intent(f"k{n}"), "t-0", past).row.id)
         store.claim("claimed", intent(f"k{n}"), claimant(f"t-{n}", now=past, lease=1))
-    with store.locked_batch(stale_q(timezone.now()), 0, 10) as jobs:
+    with store.locked_batch(stale_q(timezone.now()), 10, ("lease_expires_at", "id")) as jobs:
         assert [j.id for j in jobs] == ids
         moved = store.apply_batch([
             Change(ids[0], "released", State.RUNNING, 1, values={"lease_expires_at": None}),

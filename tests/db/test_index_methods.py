@@ -72,8 +72,11 @@ if connection.vendor == "postgresql":
 print(method, sorted(Job.objects.filter(task_id="t-old").values_list("key", flat=True)))
 """
 _OLD_ROW = """
+from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 from django.utils import timezone
-from celery_idem.models import Job
+state = MigrationLoader(connection).project_state(("celery_idem", "0011_pending_sweep_indexes"))
+Job = state.apps.get_model("celery_idem", "Job")  # the model as 0011 left it
 Job.objects.create(namespace="n", key="old", task_name="t", fingerprint="f",
                    task_id="t-old", message={"v": 1}, created_at=timezone.now())
 """
@@ -102,11 +105,11 @@ def test_0012_applies_runs_again_and_unapplies_keeping_the_jobs(scratch_database
     btree = "btree" if connection.vendor == "postgresql" else "-"
     _in(scratch_database, "migrate", "celery_idem", "0011_pending_sweep_indexes")
     assert _probe(scratch_database, _OLD_ROW) == [btree, "['old']"]  # a job from before
-    _in(scratch_database, "migrate", "celery_idem")
+    _in(scratch_database, "migrate", "celery_idem", "0012_hash_task_id_index")
     assert _probe(scratch_database) == [hashed, "['old']"]
     # Again over its own work (recorded as unapplied, the index already a hash index).
     _in(scratch_database, "migrate", "celery_idem", "0011_pending_sweep_indexes", "--fake")
-    _in(scratch_database, "migrate", "celery_idem")
+    _in(scratch_database, "migrate", "celery_idem", "0012_hash_task_id_index")
     assert _probe(scratch_database) == [hashed, "['old']"]
     _in(scratch_database, "migrate", "celery_idem", "0011_pending_sweep_indexes")
     assert _probe(scratch_database) == [btree, "['old']"]

@@ -122,7 +122,7 @@ def test_migrations_run_again_after_a_half_done_try_and_back_to_zero():
                 cursor.execute(statement.format(t=f"{database}.celery_idem_job"))
         _migrate(database)
         expected = {"celery_idem_job_lease_idx": ["state", "lease_expires_at"],
-                    "celery_idem_job_pending_idx": ["state", "updated_at"],
+                    "celery_idem_job_pending_idx": ["state", "dispatch_count", "updated_at"],
                     "celery_idem_job_attention_idx": ["state", "created_at"],
                     "celery_idem_job_key_uniq": ["key", "namespace"]}
         found = _indexes(database)

@@ -163,6 +163,31 @@ class TestStaleClaims:
         report = reap_at("2030-01-01 12:05:01")
         assert report.as_dict() == {"released": {"tests.reaper.twice": 1}}
 
+    def test_a_reset_clears_the_dead_lettered_mark_and_a_plain_failure_sets_none(
+            self, backend, sent):
+        """The mark is the row's (states.MOVES): set by the dead_lettered move, cleared
+        by an operator's reset; the next failure of the key is an ordinary one, though
+        the history still holds the earlier dead_lettered line."""
+        with freeze_time(T0):
+            intent = publish(at_most_twice)
+            claim(intent)
+        reap_at("2030-01-01 12:01:01")
+        with freeze_time("2030-01-01 12:02:00"):
+            claim(intent, task_id="t-2")
+        reap_at("2030-01-01 12:03:01")  # dead-lettered at attempt 2
+        job = Job.objects.get(key="twice/1")
+        assert job.dead_lettered and list(Job.objects.dead_lettered()) == [job]
+        assert backend.apply(Change(job.id, "reset", State.FAILED, attempt=2,
+                                    reason="operator"), timezone.now())
+        assert not Job.objects.get(key="twice/1").dead_lettered
+        with freeze_time("2030-01-01 12:04:00"):
+            assert claim(intent, task_id="t-3").fail(ValueError("boom"))
+        job = Job.objects.get(key="twice/1")
+        assert (job.state, job.dead_lettered) == (State.FAILED, False)
+        assert list(Job.objects.dead_lettered()) == []
+        assert list(Job.objects.not_dead_lettered()) == [job]
+        assert last("twice/1", "dead_lettered") is not None
+
     def test_a_task_that_must_not_rerun_blindly_becomes_uncertain(self, backend, sent):
         """on_stale_claim="uncertain": RUNNING -> UNCERTAIN, never re-dispatched."""
         with freeze_time(T0):

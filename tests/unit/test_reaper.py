@@ -42,6 +42,17 @@ def test_a_cap_below_the_timeout_means_the_timeout():
 
 @override_settings(CELERY_IDEM_DISPATCH_TIMEOUT=0)
 def test_zero_timeout_gives_one_level_query():
-    """Without a timeout every PENDING row past its due time qualifies: one OR branch."""
-    query = due.lost_messages(datetime(2030, 1, 1, tzinfo=UTC))
-    assert str(query).count("dispatch_count") == 1
+    """Without a timeout every PENDING row past its due time qualifies: one range of
+    the sent ones (every dispatch count), and the never-sent ones."""
+    sent = due.sent_and_lost(datetime(2030, 1, 1, tzinfo=UTC))
+    assert len(sent) == 1 and "dispatch_count__gte', 0" in str(sent[0])
+    assert len(due.lost_messages(datetime(2030, 1, 1, tzinfo=UTC))) == 2
+
+
+@override_settings(CELERY_IDEM_DISPATCH_TIMEOUT=10, CELERY_IDEM_DISPATCH_MAX_BACKOFF=100)
+def test_each_dispatch_count_waits_its_own_back_off_until_the_cap():
+    """10, 20, 40, 80 s for counts 0-3, then 100 s for every count from 4 on."""
+    levels = due.sent_and_lost(datetime(2030, 1, 1, tzinfo=UTC))
+    assert [str(level).count("dispatch_count") for level in levels] == [1] * 5
+    assert "dispatch_count__gte', 4" in str(levels[-1])
+    assert all(f"dispatch_count', {n})" in str(levels[n]) for n in range(4))
