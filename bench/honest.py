@@ -246,14 +246,14 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
                        alive=worker.alive, on_fail=lambda: worker.log()[-3000:])  # type: ignore[union-attr]
             c.clear_marks(queue)
         groups = Groups(broker, worker, stack)
-        sessions = stack.sessions_opened()
+        sessions, pooled = stack.sessions_opened(), stack.pooler_transactions()
         before, lsn, t0 = groups.sample(), stack.wal_lsn(), time.time()
         publish_s, producer_cpu = publish(variant, keys, queue)
         if worker is not None:
             c.wait_for(lambda: c.marks(queue)["n"] >= n, timeout, f"{variant} on {broker}",
                        alive=worker.alive, on_fail=lambda: worker.log()[-3000:])  # type: ignore[union-attr]
         after, wal = groups.sample(), stack.wal_bytes(lsn)
-        opened = stack.sessions_opened()
+        opened, pooled_after = stack.sessions_opened(), stack.pooler_transactions()
         sessions = None if sessions is None or opened is None else opened - sessions
     finally:
         if worker is not None:
@@ -279,6 +279,8 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
         "wal_bytes_per_task": round(wal[1] / n, 1) if wal[1] is not None else None,
         "wal_bytes_per_task_cluster": round(wal[0] / n, 1) if wal[0] is not None else None,
         "pg_sessions_per_task": round(sessions / n, 3) if sessions is not None else None,
+        "pooler_transactions_per_task": round((pooled_after - pooled) / n, 2)
+        if pooled is not None and pooled_after is not None else None,
         "effects": made, "exactly_once": made == expected,
         "loadavg_before": load_before, "loadavg_after": c.loadavg(),
     }

@@ -108,6 +108,15 @@ class Stack:
         return int(self.query("SELECT sessions FROM pg_stat_database"
                               " WHERE datname = current_database()")[0])
 
+    def pooler_transactions(self) -> int | None:
+        """Transactions PgBouncer has passed to the benchmark database (SHOW STATS): shows
+        the run's traffic went through it; None without a pooler."""
+        if self.bouncer is None:
+            return None
+        name = os.environ["IDEM_PG_NAME"]
+        return sum(int(row["total_xact_count"]) for row in self.bouncer.admin("SHOW STATS")
+                   if row["database"] == name)
+
     def wal_lsn(self) -> str | None:
         # The flushed position: pg_walinspect refuses a start it has not flushed yet.
         return str(self.query("SELECT pg_current_wal_flush_lsn()")[0]) if self.postgres else None
