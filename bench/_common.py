@@ -187,7 +187,10 @@ def delete_queue(broker: str, queue: str) -> None:
             import redis
 
             client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=BROKER_DB)
-            client.delete(queue, *(f"{queue}\x06\x16{p}" for p in range(10)))
+            # The queue, its priority lists, and kombu's bindings of the exchange named
+            # after it (Celery declares the default queue's exchange with its name).
+            client.delete(queue, *(f"{queue}\x06\x16{p}" for p in range(10)),
+                          f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
         else:
             from kombu import Connection
 
