@@ -180,7 +180,8 @@ class Stack:
             version = subprocess.run([exe, "--version"], capture_output=True, text=True,
                                      timeout=10).stdout.split("\n")[0]
             out["pgbouncer"] = {"version": version, "pool_mode": "transaction",
-                                "default_pool_size": self.bouncer.pool_size}
+                                "default_pool_size": self.bouncer.pool_size,
+                                "pid": self.bouncer.process.pid, "port": self.bouncer.port}
         if not self.postgres:
             from django.db import connection
 
