@@ -1,7 +1,15 @@
 """The honest end-to-end benchmark: the producer's time included, CPU and WAL per task.
 
     .venv/bin/python bench/honest.py --n 2000 --rounds 7 --brokers redis,rabbitmq
+    .venv/bin/python bench/honest.py --database pgbouncer --n 1000 --rounds 5 --brokers redis
     .venv/bin/python bench/honest.py --print bench/results/honest.json
+
+``--database`` (bench/stacks.py) is the stack every variant of the run uses, so ``django``
+is the plain task on that same stack: ``postgres`` (directly, the default),
+``pgbouncer`` (the same server behind a PgBouncer the run starts for itself, in
+transaction pooling mode, the producer and the workers connected through it) or
+``mysql`` (MariaDB, the library's portable backend; ``raw``, ``floor``, ``atomic1`` and
+``pub-async`` are PostgreSQL's only).
 
 Each run starts a fresh prefork worker (``-c 2``, acks_late, reject on worker lost,
 prefetch 1), warms it up with a few tasks, then this process publishes N messages while
@@ -11,13 +19,18 @@ the worker consumes them (no pre-filled queue). Measured per run:
   ``publish_per_s``: the producer alone; ``worker_per_s``: (N - 1) / (last - first finish);
 - ``cpu_us_per_task`` per process group, from /proc (utime + stime): ``producer`` (this
   process, during its publish loop), ``worker`` (main process and pool children, and
-  children reaped), ``postgres`` (every backend connected to the benchmark database),
-  ``broker`` (redis-server or RabbitMQ's beam.smp: shared with anything else using it);
+  children reaped), ``postgres`` (every backend connected to the benchmark database) or
+  on MariaDB ``mariadb`` (the whole mariadbd: shared with anything else using it),
+  ``pgbouncer`` (its process, behind PgBouncer), ``broker`` (redis-server or RabbitMQ's
+  beam.smp: shared with anything else using it);
 - ``wal_bytes_per_task``: the WAL records of this database between two
   ``pg_current_wal_lsn()`` (read with pg_walinspect: records touching its relations and
   their transactions' commit records), and ``wal_bytes_per_task_cluster``, everything
-  the server wrote meanwhile (other databases too);
-- ``pg_sessions_per_task``: PostgreSQL sessions opened per task (the connection policy);
+  the server wrote meanwhile (other databases too): PostgreSQL only, read on a direct
+  connection behind PgBouncer too; None on MariaDB;
+- ``pg_sessions_per_task``: PostgreSQL sessions opened per task (the connection policy;
+  behind PgBouncer the pooler's server sessions; None on MariaDB);
+  ``pooler_transactions_per_task``: transactions PgBouncer passed (its SHOW STATS);
 - the load average before and after.
 
 Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):

@@ -1,8 +1,9 @@
 """Every benchmark in bench/ runs end to end at a tiny size, so the scripts cannot rot.
 
 The numbers come from full runs (docs/benchmarks.md); this only checks that each command
-works and writes its results. It needs PostgreSQL, Redis and RabbitMQ: it runs in the
-postgres tiers, skips in the SQLite tier, and in CI a missing service fails it.
+works and writes its results. It needs PostgreSQL, Redis and RabbitMQ (and, for the
+stacks of ``--database``, MariaDB and Debian's pgbouncer binary): it runs in the postgres
+tiers, skips in the SQLite tier, and in CI a missing service fails it.
 Each command gets its own throwaway database (``idem_bench_smoke_*``), dropped after.
 """
 
