@@ -152,7 +152,7 @@ class Stack:
                 " SELECT coalesce(sum(record_length), 0) FROM r WHERE block_ref LIKE %s"
                 " OR (block_ref = '' AND xid IN (SELECT xid FROM ours))",
                 [since, str(until), mine, mine])
-        except psycopg.Error as exc:
+        except (psycopg.OperationalError, psycopg.InternalError) as exc:
             # On a shared server other sessions' WAL can get the run's segments recycled
             # before they are read ("has already been removed"): no figure for this run.
             c.log(f"WAL of the run not readable, left out: {exc}")
