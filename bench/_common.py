@@ -44,6 +44,10 @@ BROKERS = {
 PG_ADMIN = {"host": os.environ.get("IDEM_PG_HOST", "127.0.0.1"),
             "port": int(os.environ.get("IDEM_PG_PORT", "5432")),
             "user": os.environ.get("IDEM_PG_USER", "postgres")}
+MYSQL_ADMIN = {"host": os.environ.get("IDEM_MYSQL_HOST", "127.0.0.1"),
+               "port": int(os.environ.get("IDEM_MYSQL_PORT", "3306")),
+               "user": os.environ.get("IDEM_MYSQL_USER", "root"),
+               "password": os.environ.get("IDEM_MYSQL_PASSWORD", "")}
 
 
 def log(*parts: Any) -> None:
@@ -52,11 +56,16 @@ def log(*parts: Any) -> None:
 
 # -- environment ---------------------------------------------------------------------------
 
-def configure(broker: str = "redis", queue: str | None = None) -> dict[str, str]:
-    """Point the Django project at the benchmark database and broker (before django.setup)."""
+def configure(broker: str = "redis", queue: str | None = None,
+              database: str = "postgres") -> dict[str, str]:
+    """Point the Django project at the benchmark database and broker (before django.setup).
+    ``database``: a stack of bench/stacks.py (``pgbouncer`` is PostgreSQL here; its
+    pooler is started by ``stacks.opened``)."""
     os.environ.setdefault("IDEM_VAR_DIR", "/tmp/idem-bench")
     os.environ.setdefault("IDEM_PG_NAME", "idem_bench")
-    os.environ["IDEM_DATABASE"] = "postgres"
+    os.environ["IDEM_DATABASE"] = "mysql" if database == "mysql" else "postgres"
+    if database == "mysql":
+        os.environ.setdefault("IDEM_MYSQL_NAME", os.environ["IDEM_PG_NAME"])
     os.environ.pop("IDEM_DB_NAME", None)
     os.environ["IDEM_BROKER"] = BROKERS[broker]
     os.environ["IDEM_RESULTS"] = f"redis://{REDIS_HOST}:{REDIS_PORT}/{LOCK_DB}"
@@ -82,15 +91,22 @@ def configure_in_process(queue: str) -> dict[str, str]:
 
 def setup_django(create_db: bool = True) -> None:
     """django.setup(), after creating and migrating the benchmark database if needed."""
+    mysql = os.environ.get("IDEM_DATABASE") == "mysql"
     if create_db:
-        ensure_database(os.environ["IDEM_PG_NAME"])
+        if mysql:
+            ensure_mysql_database(os.environ["IDEM_MYSQL_NAME"])
+        else:
+            ensure_database(os.environ["IDEM_PG_NAME"])
     import django
 
     django.setup()
     if create_db:
         from django.core.management import call_command
 
-        call_command("migrate", verbosity=0, interactive=False)
+        from bench.stacks import direct_connections
+
+        with direct_connections():  # behind PgBouncer, on the server itself
+            call_command("migrate", verbosity=0, interactive=False)
 
 
 def _admin_conn():
@@ -106,6 +122,18 @@ def ensure_database(name: str) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def ensure_mysql_database(name: str) -> None:
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+        raise ValueError(f"unsafe database name {name!r}")
+    import MySQLdb
+
+    conn = MySQLdb.connect(**MYSQL_ADMIN)
+    try:
+        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+    finally:
+        conn.close()
 
 
 def drop_database(name: str) -> None:
@@ -125,9 +153,19 @@ def reset_tables() -> None:
     from celery_idem.models import Checkpoint, Job, Transition
     from django_app.effects.models import Effect
 
-    tables = ", ".join(m._meta.db_table for m in (Effect, Checkpoint, Transition, Job))
+    tables = [m._meta.db_table for m in (Effect, Checkpoint, Transition, Job)]
     with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {tables} RESTART IDENTITY")
+        if connection.vendor == "postgresql":
+            cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY")
+            return
+        # MySQL/MariaDB: one table per TRUNCATE, refused on a table a foreign key
+        # references unless the checks are off (this benchmark's own session only).
+        cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
+        try:
+            for table in tables:
+                cursor.execute(f"TRUNCATE TABLE {table}")
+        finally:
+            cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
 
 
 def sessions_opened() -> int:
@@ -149,7 +187,10 @@ def delete_queue(broker: str, queue: str) -> None:
             import redis
 
             client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=BROKER_DB)
-            client.delete(queue, *(f"{queue}\x06\x16{p}" for p in range(10)))
+            # The queue, its priority lists, and kombu's bindings of the exchange named
+            # after it (Celery declares the default queue's exchange with its name).
+            client.delete(queue, *(f"{queue}\x06\x16{p}" for p in range(10)),
+                          f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
         else:
             from kombu import Connection
 
@@ -327,11 +368,15 @@ def environment() -> dict[str, Any]:
         from django.db import connection
 
         with connection.cursor() as cursor:
-            cursor.execute("SHOW server_version")
-            server["postgresql"] = cursor.fetchone()[0]
-            for name in ("fsync", "synchronous_commit", "shared_buffers"):
-                cursor.execute(f"SHOW {name}")
-                server[f"postgresql.{name}"] = cursor.fetchone()[0]
+            if connection.vendor == "mysql":
+                cursor.execute("SELECT VERSION()")
+                server["mariadb"] = cursor.fetchone()[0]
+            else:
+                cursor.execute("SHOW server_version")
+                server["postgresql"] = cursor.fetchone()[0]
+                for name in ("fsync", "synchronous_commit", "shared_buffers"):
+                    cursor.execute(f"SHOW {name}")
+                    server[f"postgresql.{name}"] = cursor.fetchone()[0]
     except Exception:  # noqa: BLE001 - Django not set up: leave it out
         pass
     try:

@@ -1,7 +1,15 @@
 """The honest end-to-end benchmark: the producer's time included, CPU and WAL per task.
 
     .venv/bin/python bench/honest.py --n 2000 --rounds 7 --brokers redis,rabbitmq
+    .venv/bin/python bench/honest.py --database pgbouncer --n 1000 --rounds 5 --brokers redis
     .venv/bin/python bench/honest.py --print bench/results/honest.json
+
+``--database`` (bench/stacks.py) is the stack every variant of the run uses, so ``django``
+is the plain task on that same stack: ``postgres`` (directly, the default),
+``pgbouncer`` (the same server behind a PgBouncer the run starts for itself, in
+transaction pooling mode, the producer and the workers connected through it) or
+``mysql`` (MariaDB, the library's portable backend; ``raw``, ``floor``, ``atomic1`` and
+``pub-async`` are PostgreSQL's only).
 
 Each run starts a fresh prefork worker (``-c 2``, acks_late, reject on worker lost,
 prefetch 1), warms it up with a few tasks, then this process publishes N messages while
@@ -11,13 +19,18 @@ the worker consumes them (no pre-filled queue). Measured per run:
   ``publish_per_s``: the producer alone; ``worker_per_s``: (N - 1) / (last - first finish);
 - ``cpu_us_per_task`` per process group, from /proc (utime + stime): ``producer`` (this
   process, during its publish loop), ``worker`` (main process and pool children, and
-  children reaped), ``postgres`` (every backend connected to the benchmark database),
-  ``broker`` (redis-server or RabbitMQ's beam.smp: shared with anything else using it);
+  children reaped), ``postgres`` (every backend connected to the benchmark database) or
+  on MariaDB ``mariadb`` (the whole mariadbd: shared with anything else using it),
+  ``pgbouncer`` (its process, behind PgBouncer), ``broker`` (redis-server or RabbitMQ's
+  beam.smp: shared with anything else using it);
 - ``wal_bytes_per_task``: the WAL records of this database between two
   ``pg_current_wal_lsn()`` (read with pg_walinspect: records touching its relations and
   their transactions' commit records), and ``wal_bytes_per_task_cluster``, everything
-  the server wrote meanwhile (other databases too);
-- ``pg_sessions_per_task``: PostgreSQL sessions opened per task (the connection policy);
+  the server wrote meanwhile (other databases too): PostgreSQL only, read on a direct
+  connection behind PgBouncer too; None on MariaDB;
+- ``pg_sessions_per_task``: PostgreSQL sessions opened per task (the connection policy;
+  behind PgBouncer the pooler's server sessions; None on MariaDB);
+  ``pooler_transactions_per_task``: transactions PgBouncer passed (its SHOW STATS);
 - the load average before and after.
 
 Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
@@ -51,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import uuid
@@ -62,6 +76,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench.stacks import POSTGRES_ONLY, STACKS, Stack, opened, pids_named  # noqa: E402
 
 VARIANTS = ("raw", "django", "once", "floor", "idem", "idem-broker", "atomic", "atomic1", "replay",
             "pub-plain", "pub-idem", "pub-async", "pub-broker")
@@ -84,40 +99,21 @@ def ticks(pid: int, children: bool = False) -> int:
     return total + (int(rest[13]) + int(rest[14]) if children else 0)
 
 
-def pids_named(*names: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() in names:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def pg_backends() -> list[int]:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
-        return [r[0] for r in cursor.fetchall()]
-
-
 class Groups:
     """CPU ticks of each process group, sampled before and after a run."""
 
-    def __init__(self, broker: str, worker: c.WorkerProcess | None) -> None:
+    def __init__(self, broker: str, worker: c.WorkerProcess | None, stack: Stack) -> None:
         self.broker_pids = pids_named("redis-server") if broker == "redis" \
             else pids_named("beam.smp")
         self.worker = worker
+        self.stack = stack
 
     def sample(self) -> dict[str, dict[int, int]]:
         out: dict[str, dict[int, int]] = {
-            "postgres": {p: ticks(p) for p in pg_backends()},
-            "broker": {p: ticks(p) for p in self.broker_pids},
-            "worker": {},
-        }
+            group: {p: ticks(p) for p in pids}
+            for group, pids in self.stack.server_groups().items()}
+        out["broker"] = {p: ticks(p) for p in self.broker_pids}
+        out["worker"] = {}
         if self.worker is not None and self.worker.process is not None:
             main = self.worker.process.pid
             out["worker"] = {main: ticks(main, children=True),
@@ -133,73 +129,6 @@ class Groups:
             ticks_used = sum(t - before[group].get(p, 0) for p, t in now.items())
             per_task[group] = round(1e6 * ticks_used / CLK / n, 1)
         return per_task
-
-
-def wal_lsn() -> str:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        # The flushed position: pg_walinspect refuses a start it has not flushed yet.
-        cursor.execute("SELECT pg_current_wal_flush_lsn()")
-        return str(cursor.fetchone()[0])
-
-
-def wal_bytes(since: str) -> tuple[int, int | None]:
-    """WAL written since ``since``: (cluster-wide, this database's own). The latter reads
-    the records with pg_walinspect: those touching a relation of this database, and the
-    commit records of their transactions; None without the extension."""
-    from django.db import OperationalError, connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_current_wal_lsn(), pg_wal_lsn_diff(pg_current_wal_lsn(), %s),"
-                       " (SELECT oid FROM pg_database WHERE datname = current_database())",
-                       [since])
-        until, cluster, oid = cursor.fetchone()
-        if not _walinspect():
-            return int(cluster), None
-        if cluster <= 0:
-            return 0, 0  # nothing written (pg_walinspect refuses an empty range)
-        # pg_walinspect reads only flushed WAL; asynchronous commits flush within
-        # wal_writer_delay (200 ms by default).
-        c.wait_for(lambda: _flushed(cursor, until), 10, "the WAL flush", interval=0.05)
-        mine = f"%/{oid}/%"
-        try:
-            cursor.execute(
-                "WITH r AS (SELECT xid::text AS xid, record_length, block_ref"
-                "  FROM pg_get_wal_records_info(%s, %s)),"
-                " ours AS (SELECT DISTINCT xid FROM r WHERE block_ref LIKE %s AND xid <> '0')"
-                " SELECT coalesce(sum(record_length), 0) FROM r WHERE block_ref LIKE %s"
-                " OR (block_ref = '' AND xid IN (SELECT xid FROM ours))",
-                [since, str(until), mine, mine])
-        except OperationalError as exc:
-            # On a shared server other sessions' WAL can get the run's segments recycled
-            # before they are read ("has already been removed"): no figure for this run.
-            c.log(f"WAL of the run not readable, left out: {exc}")
-            return int(cluster), None
-        return int(cluster), int(cursor.fetchone()[0])
-
-
-def _flushed(cursor: Any, lsn: Any) -> bool:
-    cursor.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", [str(lsn)])
-    return bool(cursor.fetchone()[0])
-
-
-_WALINSPECT: list[bool] = []
-
-
-def _walinspect() -> bool:
-    """pg_walinspect (PostgreSQL 15+, superuser) in the benchmark database, once."""
-    if not _WALINSPECT:
-        from django.db import connection
-
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-            _WALINSPECT.append(True)
-        except Exception as exc:  # noqa: BLE001 - older server or no privilege
-            c.log(f"pg_walinspect unavailable, WAL is cluster-wide only: {exc}")
-            _WALINSPECT.append(False)
-    return _WALINSPECT[0]
 
 
 # -- publishing ----------------------------------------------------------------------------
@@ -267,37 +196,47 @@ def finished_keys(keys: list[str]) -> None:
     finally:
         c.delete_queue(os.environ["BENCH_BROKER"], scratch)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE celery_idem_job SET state = 'SUCCEEDED', attempt = 1, result = to_jsonb(key),"
-            " started_at = now(), finished_at = now() WHERE state = 'PENDING'")
+        cursor.execute(FINISH_PENDING[connection.vendor])
 
 
-def reset() -> None:
+#: finished_keys' statement, per vendor (the result is the key, as the task returns it).
+FINISH_PENDING = {
+    "postgresql": "UPDATE celery_idem_job SET state = 'SUCCEEDED', attempt = 1,"
+                  " result = to_jsonb(key), started_at = now(), finished_at = now()"
+                  " WHERE state = 'PENDING'",
+    "mysql": "UPDATE celery_idem_job SET state = 'SUCCEEDED', attempt = 1,"
+             " result = JSON_QUOTE(`key`), started_at = UTC_TIMESTAMP(6),"
+             " finished_at = UTC_TIMESTAMP(6) WHERE state = 'PENDING'",
+}
+
+
+def reset(stack: Stack) -> None:
     from django.db import connection
 
     from bench.raw_app import FLOOR_TABLE
 
     c.reset_tables()
+    if not stack.postgres:
+        return  # the floor's table is PostgreSQL's (raw and floor run only there)
     with connection.cursor() as cursor:
         cursor.execute(FLOOR_TABLE)
         cursor.execute("TRUNCATE bench_floor_job")
 
 
 def effects(prefix: str) -> int:
-    from django.db import connection
+    from django_app.effects.models import Effect
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM effects_effect WHERE key LIKE %s", [prefix + "%"])
-        return int(cursor.fetchone()[0])
+    return Effect.objects.filter(key__startswith=prefix).count()
 
 
 # -- one run -------------------------------------------------------------------------------
 
-def run_one(broker: str, variant: str, n: int, policy: str, timeout: float) -> dict[str, Any]:
+def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
+            stack: Stack) -> dict[str, Any]:
     queue = c.new_queue(f"honest-{variant}")
     tag = uuid.uuid4().hex[:8]
     keys = [f"{tag}-{i}" for i in range(n)]
-    reset()
+    reset(stack)
     if variant == "once":
         c.clear_once_locks()
     if variant == "replay":
@@ -319,15 +258,16 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float) -> d
             c.wait_for(lambda: c.marks(queue)["n"] >= WARMUP, timeout, f"{variant} warm-up",
                        alive=worker.alive, on_fail=lambda: worker.log()[-3000:])  # type: ignore[union-attr]
             c.clear_marks(queue)
-        groups = Groups(broker, worker)
-        sessions = c.sessions_opened()
-        before, lsn, t0 = groups.sample(), wal_lsn(), time.time()
+        groups = Groups(broker, worker, stack)
+        sessions, pooled = stack.sessions_opened(), stack.pooler_transactions()
+        before, lsn, t0 = groups.sample(), stack.wal_lsn(), time.time()
         publish_s, producer_cpu = publish(variant, keys, queue)
         if worker is not None:
             c.wait_for(lambda: c.marks(queue)["n"] >= n, timeout, f"{variant} on {broker}",
                        alive=worker.alive, on_fail=lambda: worker.log()[-3000:])  # type: ignore[union-attr]
-        after, wal = groups.sample(), wal_bytes(lsn)
-        sessions = c.sessions_opened() - sessions
+        after, wal = groups.sample(), stack.wal_bytes(lsn)
+        opened, pooled_after = stack.sessions_opened(), stack.pooler_transactions()
+        sessions = None if sessions is None or opened is None else opened - sessions
     finally:
         if worker is not None:
             worker.stop()
@@ -343,19 +283,21 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float) -> d
     total_s = (m["last"] - t0) if worker is not None else publish_s
     span = m["last"] - m["first"]
     result = {
-        "broker": broker, "variant": variant, "policy": policy, "n": n,
+        "database": stack.name, "broker": broker, "variant": variant, "policy": policy, "n": n,
         "total_per_s": round(n / total_s, 1) if total_s > 0 else None,
         "publish_per_s": round(n / publish_s, 1) if publish_s > 0 else None,
         "worker_per_s": round((n - 1) / span, 1) if worker is not None and span > 0 else None,
         "cpu_us_per_task": cpu,
         "cpu_us_per_task_total": round(sum(cpu.values()), 1),
         "wal_bytes_per_task": round(wal[1] / n, 1) if wal[1] is not None else None,
-        "wal_bytes_per_task_cluster": round(wal[0] / n, 1),
-        "pg_sessions_per_task": round(sessions / n, 3),
+        "wal_bytes_per_task_cluster": round(wal[0] / n, 1) if wal[0] is not None else None,
+        "pg_sessions_per_task": round(sessions / n, 3) if sessions is not None else None,
+        "pooler_transactions_per_task": round((pooled_after - pooled) / n, 2)
+        if pooled is not None and pooled_after is not None else None,
         "effects": made, "exactly_once": made == expected,
         "loadavg_before": load_before, "loadavg_after": c.loadavg(),
     }
-    c.log(f"{broker:8} {variant:9} n={n} total {result['total_per_s']}/s publish "
+    c.log(f"{stack.name:9} {broker:8} {variant:9} n={n} total {result['total_per_s']}/s publish "
           f"{result['publish_per_s']}/s worker {result['worker_per_s']}/s cpu "
           f"{result['cpu_us_per_task_total']} us wal {result['wal_bytes_per_task']} B "
           f"load {result['loadavg_after'][0]}")
@@ -386,10 +328,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     and not variant.startswith("pub-"):
                 e["ratio_to_raw"].append(round(r["total_per_s"] / by_variant["raw"]["total_per_s"], 3))
             e["cpu"].append(r["cpu_us_per_task"])
-            e["wal_cluster"].append(r["wal_bytes_per_task_cluster"])
-            e["sessions"].append(r["pg_sessions_per_task"])
-            if r["wal_bytes_per_task"] is not None:
-                e["wal"].append(r["wal_bytes_per_task"])
+            for key, into in (("wal_bytes_per_task", "wal"), ("pg_sessions_per_task", "sessions"),
+                              ("wal_bytes_per_task_cluster", "wal_cluster")):
+                if r[key] is not None:  # None: not measured (MariaDB)
+                    e[into].append(r[key])
     for variants in summary.values():
         for e in variants.values():
             for key in ("total_per_s", "publish_per_s", "worker_per_s", "ratio_to_django",
@@ -404,20 +346,22 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def print_table(data: dict[str, Any]) -> None:
     s = data["settings"]
-    print(f"n={s['n']} rounds={s['rounds']} policy={s['policy']} "
+    database = s.get("database", "postgres")  # files from before --database: PostgreSQL
+    print(f"database={database} n={s['n']} rounds={s['rounds']} policy={s['policy']} "
           f"load {data['environment']['loadavg']} -> {data['loadavg_end']}")
     head = (f"  {'variant':10} {'total/s':>8} {'x django':>8} {'x raw':>6} {'publish/s':>9} "
-            f"{'worker/s':>8} {'cpu prod':>8} {'worker':>7} {'pg':>7} {'broker':>7} {'WAL B':>7} "
-            f"{'sess':>5}")
+            f"{'worker/s':>8} {'cpu prod':>8} {'worker':>7} {'db':>7} {'pooler':>7} "
+            f"{'broker':>7} {'WAL B':>7} {'sess':>5}")
+    db = "mariadb" if database == "mysql" else "postgres"
     for broker, variants in data["summary"].items():
-        print(f"\n{broker} (medians; CPU µs, WAL bytes of this database and PostgreSQL "
-              f"sessions opened, per task)\n{head}")
+        print(f"\n{database}, {broker} (medians; CPU µs ({db}; PgBouncer as pooler), WAL bytes"
+              f" of this database and PostgreSQL sessions opened, per task; None: n/a)\n{head}")
         for name, e in variants.items():
             cpu = e["median_cpu_us"]
             print(f"  {name:10} {e['median_total_per_s']!s:>8} {e['median_ratio_to_django']!s:>8} "
                   f"{e['median_ratio_to_raw']!s:>6} {e['median_publish_per_s']!s:>9} "
                   f"{e['median_worker_per_s']!s:>8} {cpu.get('producer')!s:>8} "
-                  f"{cpu.get('worker')!s:>7} {cpu.get('postgres')!s:>7} "
+                  f"{cpu.get('worker')!s:>7} {cpu.get(db)!s:>7} {cpu.get('pgbouncer')!s:>7} "
                   f"{cpu.get('broker')!s:>7} {e['median_wal']!s:>7} "
                   f"{e.get('median_sessions')!s:>5}")
 
@@ -430,8 +374,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--policy", default="keep", choices=("keep", "celery"),
                     help="the Django workers' connection policy (default keep)")
+    ap.add_argument("--database", default="postgres", choices=STACKS,
+                    help="the stack every variant runs on (bench/stacks.py): PostgreSQL "
+                         "directly (default), behind a PgBouncer of the run's own in "
+                         "transaction mode, or MariaDB")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
-    ap.add_argument("--out", default=None, help="results file (default bench/results/honest.json)")
+    ap.add_argument("--out", default=None, help="results file (default "
+                    "bench/results/honest.json, honest-<database>.json off PostgreSQL direct)")
     ap.add_argument("--print", dest="show", default=None, metavar="FILE",
                     help="print the table of a results file and exit")
     args = ap.parse_args(argv)
@@ -450,11 +399,22 @@ def main(argv: list[str] | None = None) -> int:
         if name not in VARIANTS or policy not in ("", "keep", "celery"):
             raise SystemExit(f"unknown variant {v!r}; choose from {VARIANTS}, each "
                              "optionally with :keep or :celery")
-    c.configure(brokers[0])
+        if args.database == "mysql" and name in POSTGRES_ONLY:
+            raise SystemExit(f"variant {name!r} runs on PostgreSQL only (not --database mysql)")
+    c.configure(brokers[0], database=args.database)
+    # A SIGTERM unwinds like ^C, so the stack's PgBouncer is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with opened(args.database) as stack:
+        return measure(args, brokers, variants, stack)
+
+
+def measure(args: argparse.Namespace, brokers: list[str], variants: list[str],
+            stack: Stack) -> int:
     c.setup_django()
     import bench.worker_app  # noqa: F401 - the producer needs its configuration (ONCE)
 
     env = c.environment()
+    env["stack"] = stack.describe()
     timeout = args.timeout or (90 + 0.05 * args.n)
     runs: list[dict[str, Any]] = []
     started = time.time()
@@ -463,12 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(args.rounds):
             for variant in variants:
                 name, _, policy = variant.partition(":")
-                r = run_one(broker, name, args.n, policy or args.policy, timeout)
+                r = run_one(broker, name, args.n, policy or args.policy, timeout, stack)
                 r["variant"], r["kind"], r["round"] = variant, name, rnd
                 runs.append(r)
     data = {
         "benchmark": "honest", "command": c.command_line(), "environment": env,
-        "settings": {"n": args.n, "rounds": args.rounds, "policy": args.policy,
+        "settings": {"database": stack.name, "n": args.n, "rounds": args.rounds,
+                     "policy": args.policy,
                      "concurrency": 2, "pool": "prefork", "prefetch_multiplier": 1,
                      "acks_late": True, "warmup": WARMUP,
                      "measure": "publish while the worker consumes; total = first publish "
@@ -476,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": round(time.time() - started, 1), "loadavg_end": c.loadavg(),
         "summary": summarize(runs), "runs": runs,
     }
-    c.write_result("honest", data, args.out)
+    c.write_result("honest" if stack.name == "postgres" else f"honest-{stack.name}", data,
+                   args.out)
     print_table(data)
     bad = [r for r in runs if not r["exactly_once"] and r["kind"] not in ("raw", "django")]
     if bad:

@@ -1,8 +1,9 @@
 """Publishing many keyed tasks as one batch (issue 21 item 1) against plain Celery's batch.
 
-    .venv/bin/python bench/publish_batch.py --n 1000 --rounds 5
+    .venv/bin/python bench/publish_batch.py --n 1000 --rounds 5 [--database pgbouncer]
 
-Publishes N tasks per variant to Redis (no worker: publishing alone), on PostgreSQL,
+Publishes N tasks per variant to Redis (no worker: publishing alone), on PostgreSQL
+(``--database``: directly, behind a PgBouncer of its own, or MariaDB: bench/stacks.py),
 the variants interleaved in each round (so a busy moment of the machine hits them all):
 
 - ``plain group``: ``group(plain_effect.s(k) ...).apply_async()``, a plain Django task
@@ -24,15 +25,18 @@ log on both connections, counted once after the timed rounds).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench.stacks import STACKS, Stack, opened  # noqa: E402
 
 CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
 
@@ -41,11 +45,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=1000, help="tasks per batch")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--database", default="postgres", choices=STACKS,
+                        help="the stack (bench/stacks.py; default PostgreSQL directly)")
+    parser.add_argument("--out", default=None, help="results file (default "
+                        "bench/results/publish_batch.json, publish_batch-<database>.json "
+                        "off PostgreSQL direct)")
     args = parser.parse_args()
 
     queue = c.new_queue("bench-batch")
-    c.configure("redis", queue)
+    c.configure("redis", queue, database=args.database)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: PgBouncer stopped
+    with opened(args.database) as stack:
+        measure(args, queue, stack)
+
+
+def measure(args: argparse.Namespace, queue: str, stack: Stack) -> None:
     c.setup_django()
 
     from celery import group
@@ -92,9 +106,11 @@ def main() -> None:
                 cpu_times[name].append(time.process_time() - cpu)
             c.log(f"round {round_ + 1}", {n: round(t[-1], 3) for n, t in timings.items()})
             loads.append(c.loadavg()[0])
+        # The bookkeeping connection is PostgreSQL's (celery_idem.connection); the
+        # portable backend writes on Django's.
+        bookkeeping = bookkeeping_connection("default") if stack.postgres else None
         statements = {name: _intent_statements(publish, 10**8 * (1 + i), connection,
-                                               bookkeeping_connection("default"),
-                                               CaptureQueriesContext)
+                                               bookkeeping, CaptureQueriesContext)
                       for i, (name, publish) in enumerate(variants.items())}
     finally:
         c.delete_queue("redis", queue)
@@ -119,8 +135,11 @@ def main() -> None:
             "intent_statements_per_batch": statements[name],
         }
         c.log(name, results[name])
-    c.write_result("publish_batch", {
-        "command": c.command_line(), "environment": c.environment(),
+    env = c.environment()
+    env["stack"] = stack.describe()
+    c.write_result("publish_batch" if stack.name == "postgres"
+                   else f"publish_batch-{stack.name}", {
+        "command": c.command_line(), "environment": env, "database": stack.name,
         "n": args.n, "rounds": args.rounds, "loadavg_1min_by_round": loads,
         "results": results,
     }, args.out)
@@ -128,12 +147,14 @@ def main() -> None:
 
 def _intent_statements(publish: Callable[[int], None], base: int, connection: Any,
                        bookkeeping: Any, capture: Any) -> int:
-    """Statements that write intents while ``publish(base)`` runs, on both connections."""
-    with capture(connection) as django_log, capture(bookkeeping) as bookkeeping_log:
+    """Statements that write intents while ``publish(base)`` runs, on both connections
+    (``bookkeeping`` None: there is none, MariaDB)."""
+    with capture(connection) as django_log, \
+            (capture(bookkeeping) if bookkeeping is not None else nullcontext()) as book_log:
         publish(base)
+    queries = django_log.captured_queries + (book_log.captured_queries if book_log else [])
     return sum("celery_idem_job" in q["sql"] and "INSERT" in q["sql"].upper()
-               for q in django_log.captured_queries + bookkeeping_log.captured_queries
-               if not q["sql"].lstrip().upper().startswith(CONTROL))
+               for q in queries if not q["sql"].lstrip().upper().startswith(CONTROL))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,11 @@ def conn() -> Any:
             dbname=os.environ.get("IDEM_PG_NAME", "idem_bench"),
             host=os.environ.get("IDEM_PG_HOST", "127.0.0.1"),
             port=int(os.environ.get("IDEM_PG_PORT", "5432")),
-            user=os.environ.get("IDEM_PG_USER", "postgres"), autocommit=True)]
+            user=os.environ.get("IDEM_PG_USER", "postgres"), autocommit=True,
+            # Behind a transaction pooler (--database pgbouncer) nothing is prepared: the
+            # next statement may run on another server session.
+            **({"prepare_threshold": None} if os.environ.get("IDEM_PGBOUNCER") == "1"
+               else {}))]
     return _conn[1]
 
 

@@ -1,6 +1,10 @@
 """The tables of docs/benchmarks.md, rendered from a results file of bench/honest.py.
 
     .venv/bin/python bench/report.py bench/results/honest-final.json
+    .venv/bin/python bench/report.py bench/results/honest-stacks-{postgres,pgbouncer,mysql}.json
+
+With several files (one per stack, ``honest.py --database``): each file's tables, titled
+with its stack, then one table of every variant's ratio to the plain task per stack.
 
 Medians of the rounds; in brackets the lowest and highest round. Ratios are taken per
 round (to ``django`` for the worker variants, to ``pub-plain`` for publishing, to
@@ -20,7 +24,13 @@ LABELS = {
     "once": "celery-once", "floor": "floor (the protocol in raw SQL)",
     "idem": "`IdempotentTask`", "atomic": "`atomic=True`",
     "atomic1": "one-statement atomic (prototype)", "replay": "replay of finished keys",
+    "idem-broker": "`IdempotentTask`, durability `broker`",
 }
+#: The stacks of ``honest.py --database`` (a file from before the option: PostgreSQL).
+STACKS = {"postgres": "PostgreSQL", "pgbouncer": "PostgreSQL behind PgBouncer",
+          "mysql": "MariaDB"}
+#: The database's CPU group in a run's ``cpu_us_per_task``, per stack.
+DB_GROUP = {"postgres": "postgres", "pgbouncer": "postgres", "mysql": "mariadb"}
 PUBLISH = ("pub-plain", "pub-idem", "pub-async")
 
 
@@ -53,10 +63,19 @@ def _n(value: Any) -> str:
     return "" if value is None else f"{value:,.0f}"
 
 
-def table(data: dict[str, Any], broker: str) -> str:
+def database(data: dict[str, Any]) -> str:
+    return str(data["settings"].get("database", "postgres"))
+
+
+def table(data: dict[str, Any], broker: str, titled: bool = False) -> str:
     summary = data["summary"][broker]
-    lines = [f"| {broker} | tasks/s | × django | × floor | CPU producer | CPU worker "
-             "| CPU PostgreSQL | WAL B |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    stack = database(data)
+    group = DB_GROUP[stack]
+    pooler = stack == "pgbouncer"
+    title = f"{STACKS[stack]}, {broker}" if titled else broker
+    lines = [f"| {title} | tasks/s | × django | × floor | CPU producer | CPU worker "
+             f"| CPU {STACKS[stack].split()[0]} |{' CPU PgBouncer |' if pooler else ''} WAL B |",
+             "| --- " * (9 if pooler else 8) + "|"]
     for variant, label in LABELS.items():
         e = summary.get(variant)
         if e is None:
@@ -68,7 +87,7 @@ def table(data: dict[str, Any], broker: str) -> str:
                     if variant == "floor" else spread(ratios(data, broker, variant, "floor")))
         lines.append(f"| {label} | {_n(e['median_total_per_s'])} | {to_django} | {to_floor} "
                      f"| {_n(cpu.get('producer'))} | {_n(cpu.get('worker'))} "
-                     f"| {_n(cpu.get('postgres'))} | {_n(e['median_wal'])} |")
+                     f"| {_n(cpu.get(group))} |{_pooler(cpu, pooler)} {_wal(e, stack)} |")
     if all(v in summary for v in PUBLISH[:2]):
         rates = " / ".join(_n(summary[v]["median_publish_per_s"]) for v in PUBLISH
                            if v in summary)
@@ -76,29 +95,80 @@ def table(data: dict[str, Any], broker: str) -> str:
         to_plain = " / ".join(spread(ratios(data, broker, v, "pub-plain")) for v in shown)
         cpu = " / ".join(_n(summary[v]["median_cpu_us"].get("producer")) for v in PUBLISH
                          if v in summary)
-        pg = " / ".join(_n(summary[v]["median_cpu_us"].get("postgres")) for v in PUBLISH
+        pg = " / ".join(_n(summary[v]["median_cpu_us"].get(group)) for v in PUBLISH
                         if v in summary)
-        wal = " / ".join(_n(summary[v]["median_wal"]) for v in PUBLISH if v in summary)
+        bouncer = " / ".join(_n(summary[v]["median_cpu_us"].get("pgbouncer")) for v in PUBLISH
+                             if v in summary)
+        wal = " / ".join(_wal(summary[v], stack) for v in PUBLISH if v in summary)
         names = " / ".join(v.removeprefix("pub-") for v in PUBLISH if v in summary)
         lines.append(f"| publishing alone: {names} | {rates} | {to_plain} | | {cpu} | "
-                     f"| {pg} | {wal} |")
+                     f"| {pg} |{f' {bouncer} |' if pooler else ''} {wal} |")
     return "\n".join(lines)
 
 
-def markdown(data: dict[str, Any]) -> str:
+def _pooler(cpu: dict[str, Any], shown: bool) -> str:
+    return f" {_n(cpu.get('pgbouncer'))} |" if shown else ""
+
+
+def _wal(e: dict[str, Any], stack: str) -> str:
+    return "n/a" if stack == "mysql" else _n(e["median_wal"])
+
+
+#: The variants compared across stacks, and the baseline of each.
+COMPARED = {"idem": "django", "atomic": "django", "replay": "django", "idem-broker": "django",
+            "once": "django", "pub-idem": "pub-plain", "pub-broker": "pub-plain"}
+
+
+def stack_ratios(files: list[dict[str, Any]], broker: str) -> dict[str, dict[str, list[float]]]:
+    """variant -> stack -> its ratios to the plain task (or plain publishing), per round."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for variant, base in COMPARED.items():
+        for data in files:
+            values = ratios(data, broker, variant, base)
+            if values:
+                out.setdefault(variant, {})[database(data)] = values
+    return out
+
+
+def stacks_table(files: list[dict[str, Any]], broker: str) -> str:
+    """Each variant's rate over the plain task's of the same round, per stack."""
+    stacks = [database(d) for d in files]
+    lines = [f"| {broker}: × plain, same stack and round | "
+             + " | ".join(STACKS[s] for s in stacks) + " |",
+             "| --- " * (1 + len(stacks)) + "|"]
+    plain = [_n(d["summary"].get(broker, {}).get("django", {}).get("median_total_per_s"))
+             for d in files]
+    lines.append("| plain task, tasks/s | " + " | ".join(plain) + " |")
+    for variant, by_stack in stack_ratios(files, broker).items():
+        label = LABELS.get(variant) or f"publishing alone: {variant.removeprefix('pub-')}"
+        lines.append(f"| {label} | "
+                     + " | ".join(spread(by_stack.get(s, [])) for s in stacks) + " |")
+    return "\n".join(lines)
+
+
+def markdown(data: dict[str, Any], titled: bool = False) -> str:
     s = data["settings"]
+    stack = database(data)
     head = (f"{s['n']:,} tasks per run, {s['rounds']} rounds, policy `{s['policy']}`, load "
             f"average {data['environment']['loadavg'][0]} before and "
             f"{data['loadavg_end'][0]} after, {data['elapsed_s'] / 60:.0f} min.")
+    if titled or stack != "postgres":
+        head = f"**{STACKS[stack]}**: {head}"
     brokers = dict.fromkeys(run["broker"] for run in data["runs"])  # in the order run
-    return "\n\n".join([head, *(table(data, b) for b in brokers)])
+    return "\n\n".join([head, *(table(data, b, titled or stack != "postgres")
+                                for b in brokers)])
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    print(markdown(json.loads(Path(argv[0]).read_text())))
+    files = [json.loads(Path(arg).read_text()) for arg in argv]
+    parts = [markdown(data, titled=len(files) > 1) for data in files]
+    if len(files) > 1:
+        brokers = dict.fromkeys(run["broker"] for data in files for run in data["runs"])
+        parts += [stacks_table(files, b) for b in brokers]
+    print("\n\n".join(parts))
     return 0
 
 
