@@ -26,6 +26,12 @@ ratio idempotent / plain. ``--profile publish-idem|task-idem|publish-plain|task-
 runs that loop once more under cProfile (timed in CPU time) and prints the top entries
 (cumulative and own time); ``--dump`` keeps the stats for pstats. PostgreSQL only
 (``IDEM_PG_NAME``, default ``idem_bench``).
+
+``--instructions`` counts instead, for a busy machine: the run goes under valgrind's
+callgrind (``bench/_callgrind.py``) and each loop reports the **instructions** this
+process executed per operation (a deterministic count, whatever the load; callgrind
+runs ~50x slower, so use a small ``--n``, e.g. ``--n 200 --rounds 2``). Medians and
+ratios are then of ``instr`` instead of ``cpu_us`` and ``wall_us``.
 """
 
 from __future__ import annotations
@@ -43,10 +49,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import _callgrind  # noqa: E402
 from bench import _common as c  # noqa: E402
 
 LOOPS = ("publish-plain", "publish-idem", "task-plain", "task-idem")
 WARMUP = 50
+#: Set in the process running under callgrind (``--instructions``): loops are counted.
+COUNTER: _callgrind.Counter | None = None
 
 
 def define_tasks(app: Any) -> tuple[Any, Any]:
@@ -127,7 +136,9 @@ def task_loop(task: Any, messages: list[tuple[dict[str, Any], Any]],
     return loop
 
 
-def measure(fn: Callable[[], None], n: int) -> dict[str, float]:
+def measure(fn: Callable[[], None], n: int, name: str = "loop") -> dict[str, float]:
+    if COUNTER is not None:
+        return {"instr": COUNTER.count(name, fn) / n}
     cpu0, wall0 = time.process_time(), time.perf_counter()
     fn()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -174,7 +185,7 @@ def round_(tasks: dict[str, Any], n: int, queue: str, base: int, profiled: str |
             if profiled == f"publish-{kind}":
                 print(profile(loop, top, dump))
             else:
-                out[f"publish-{kind}"] = measure(loop, n)
+                out[f"publish-{kind}"] = measure(loop, n, f"publish-{kind}")
         finally:
             signals.after_task_publish.disconnect(sent[kind])
         base += n
@@ -184,7 +195,7 @@ def round_(tasks: dict[str, Any], n: int, queue: str, base: int, profiled: str |
         if profiled == f"task-{kind}":
             print(profile(loop, top, dump))
         else:
-            out[f"task-{kind}"] = measure(loop, n)
+            out[f"task-{kind}"] = measure(loop, n, f"task-{kind}")
     _check_effects(2 * n)
     return out
 
@@ -208,7 +219,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=40, help="entries --profile prints")
     ap.add_argument("--dump", default=None, help="also write the --profile stats here (pstats)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--instructions", action="store_true",
+                    help="count instructions per operation under callgrind, not CPU time")
     args = ap.parse_args(argv)
+    global COUNTER
+    if args.instructions and not _callgrind.active():
+        var = Path(os.environ.get("IDEM_VAR_DIR", "/tmp/idem-bench")) / "callgrind"
+        return _callgrind.run_under([__file__, *(sys.argv[1:] if argv is None else argv)],
+                                    var)
+    if args.instructions:
+        COUNTER = _callgrind.Counter()
 
     queue = c.new_queue("bench-cpu")
     c.configure("redis", queue=queue)
@@ -225,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     c.reset_tables()
     env = c.environment()
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in LOOPS}
+    metrics = ("instr",) if COUNTER is not None else ("cpu_us", "wall_us")
     base = 0
     try:
         round_(tasks, WARMUP, queue, base)  # connections, prepared statements, imports
@@ -234,37 +255,40 @@ def main(argv: list[str] | None = None) -> int:
                 samples[name].append(value)
             base += 2 * args.n
             c.log(f"round {rnd + 1}/{args.rounds}: " + ", ".join(
-                f"{k} {v[-1]['cpu_us']:.0f}us cpu" for k, v in samples.items()))
+                f"{k} {v[-1][metrics[0]]:.0f} {metrics[0]}" for k, v in samples.items()))
         if args.profile:
             round_(tasks, args.n, queue, base, profiled=args.profile, top=args.top,
                    dump=args.dump)
     finally:
         if args.broker == "redis":
             c.delete_queue("redis", queue)
-    median = {name: {m: round(c.median(s[m] for s in runs), 1) for m in ("cpu_us", "wall_us")}
+    median = {name: {m: round(c.median(s[m] for s in runs), 1) for m in metrics}
               for name, runs in samples.items() if runs}
-    ratios = {}
-    for side in ("publish", "task"):
-        if f"{side}-idem" in median:
-            plain, idem = median[f"{side}-plain"], median[f"{side}-idem"]
-            ratios[side] = {
-                "cpu_idem_over_plain": round(idem["cpu_us"] / plain["cpu_us"], 3),
-                "cpu_extra_us": round(idem["cpu_us"] - plain["cpu_us"], 1),
-                "throughput_idem_over_plain": round(plain["wall_us"] / idem["wall_us"], 3),
-            }
+    ratios = {side: _ratios(median[f"{side}-plain"], median[f"{side}-idem"])
+              for side in ("publish", "task") if f"{side}-idem" in median}
     data = {"benchmark": "cpu_profile", "command": c.command_line(), "environment": env,
-            "settings": {"n": args.n, "rounds": args.rounds, "broker": args.broker},
+            "settings": {"n": args.n, "rounds": args.rounds, "broker": args.broker,
+                         "measure": "callgrind instructions" if COUNTER else "process_time"},
             "by_round": {k: [{m: round(x, 1) for m, x in s.items()} for s in v]
                          for k, v in samples.items()},
             "median": median, "ratios": ratios, "loadavg_end": c.loadavg()}
     c.write_result("cpu_profile", data, args.out)
-    print(f"\n{'loop':16} {'CPU us':>9} {'wall us':>9}")
+    print(f"\n{'loop':16} " + " ".join(f"{m:>10}" for m in metrics))
     for name, m in median.items():
-        print(f"{name:16} {m['cpu_us']:9.1f} {m['wall_us']:9.1f}")
+        print(f"{name:16} " + " ".join(f"{m[k]:10.1f}" for k in metrics))
     for side, r in ratios.items():
-        print(f"{side}: CPU idem/plain {r['cpu_idem_over_plain']} (+{r['cpu_extra_us']} us),"
-              f" throughput idem/plain {r['throughput_idem_over_plain']}")
+        print(f"{side}: " + ", ".join(f"{k} {v}" for k, v in r.items()))
     return 0
+
+
+def _ratios(plain: dict[str, float], idem: dict[str, float]) -> dict[str, float]:
+    """Idempotent against plain, in this run: CPU (or instructions) and throughput."""
+    if "instr" in plain:
+        return {"instr_idem_over_plain": round(idem["instr"] / plain["instr"], 3),
+                "instr_extra": round(idem["instr"] - plain["instr"])}
+    return {"cpu_idem_over_plain": round(idem["cpu_us"] / plain["cpu_us"], 3),
+            "cpu_extra_us": round(idem["cpu_us"] - plain["cpu_us"], 1),
+            "throughput_idem_over_plain": round(plain["wall_us"] / idem["wall_us"], 3)}
 
 
 if __name__ == "__main__":

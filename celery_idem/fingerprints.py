@@ -102,10 +102,16 @@ def _is_model_instance(value: Any) -> bool:
     return isinstance(value, Model)
 
 
+#: The one encoder: ``json.dumps`` with options other than its defaults builds a new
+#: JSONEncoder on every call (and the fingerprint runs on both sides of every task);
+#: an encoder keeps no state between calls, so one instance serves every thread.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` the one way: sorted keys, no spaces, unicode kept as is."""
     check_json(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def fingerprint(value: Any) -> str:

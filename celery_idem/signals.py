@@ -33,6 +33,8 @@ def announce(using: str, job_id: int, event: str, from_state: str | None, to_sta
              attempt: int, worker: str = "", task_id: str = "", reason: str = "",
              actor: str = "", task_name: str = "") -> None:
     """Log and signal a transition after the surrounding transaction commits."""
+    if not transition.receivers and not logger.isEnabledFor(logging.INFO):
+        return  # nobody listens (the usual case, twice a task): build nothing
     fields = {
         "job_id": job_id, "event": event, "from_state": from_state, "to_state": to_state,
         "attempt": attempt, "worker": worker, "task_id": task_id, "reason": reason,
@@ -44,5 +46,4 @@ def announce(using: str, job_id: int, event: str, from_state: str | None, to_sta
                     to_state, attempt, reason, extra={"action": event, **fields})
         transition.send(sender=None, **fields)
 
-    if transition.receivers or logger.isEnabledFor(logging.INFO):
-        transaction.on_commit(send, using=using)
+    transaction.on_commit(send, using=using)

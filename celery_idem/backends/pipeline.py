@@ -77,7 +77,9 @@ def fetch_unflushed(connection: Any, sql: str, params: dict[str, Any]) -> list[t
             cursor.execute(sql, params)
             return list(cursor.fetchall())
         with raw.pipeline():
-            raw.execute(UNFLUSHED_COMMIT, prepare=False)
+            # On the statement's own cursor, whose results are then the statement's (the
+            # last executed): ``raw.execute`` would make a cursor for it on every write.
+            cursor.cursor.execute(UNFLUSHED_COMMIT, prepare=False)
             cursor.execute(sql, params)
         # Fetched after the pipeline's Sync: fetching inside it would cost a round trip.
         return list(cursor.fetchall())

@@ -75,32 +75,82 @@ def _server_binding_cursor() -> type:
     return ServerBindingCursor
 
 
-def cursor(connection: Any) -> Any:
-    """A Django cursor on ``connection`` (a DatabaseWrapper) for the library's statements."""
+@cache
+def _driver() -> tuple[Any, Any] | None:
+    """Django's PostgreSQL backend module and psycopg's text format, on psycopg 3 (None
+    on psycopg 2). Imported once, on first use: a project without PostgreSQL imports
+    this module too, and an import statement per statement costs ~1 µs each."""
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
-    options = connection.settings_dict["OPTIONS"]
-    if (connection.vendor != "postgresql" or not is_psycopg3
-            or options.get("server_side_binding") is True):
-        # The project's cursors bind server-side: its prepare_threshold decides for ours
-        # too (raising it for ours would prepare its queries as well).
-        return connection.cursor()
+    if not is_psycopg3:
+        return None
     from django.db.backends.postgresql import base
     from psycopg.pq import Format
 
+    return base, Format.TEXT
+
+
+def cursor(connection: Any) -> Any:
+    """A Django cursor on ``connection`` (a DatabaseWrapper) for the library's statements,
+    to use as ``with cursor(connection) as c``.
+
+    On psycopg 3 the psycopg cursor is kept on the connection and reused by the next
+    statement (``_kept``): making one per statement (its adapters map copied, Django's
+    time zone check, its close) cost more instructions than a ``SELECT 1`` round trip.
+    Django's wrapper is still made per statement, so its error translation, query log
+    (``CaptureQueriesContext`` included) and execute wrappers apply as before."""
+    if connection.vendor != "postgresql" or _driver() is None:
+        return connection.cursor()
+    options = connection.settings_dict["OPTIONS"]
+    # The project's cursors bind server-side: its prepare_threshold decides for ours
+    # too (raising it for ours would prepare its queries as well), on Django's cursor.
+    project_binds = options.get("server_side_binding") is True
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = connection.connection
-    wanted = threshold(options, PREPARE_THRESHOLD)
+    wanted = None if project_binds else threshold(options, PREPARE_THRESHOLD)
     if wanted is not None and raw.prepare_threshold is None:
         # Only the library's statements use it: Django's client-binding cursors, which
         # the project's queries run on, never prepare.
         raw.prepare_threshold = wanted
     with connection.wrap_database_errors:
-        server_binding = _server_binding_cursor()(raw)
-        server_binding.prepared = wanted is not None
-        # As Django's create_cursor: its time zone when the connection's disagrees.
-        loader = raw.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
-        if connection.timezone != loader.timezone:
-            base.register_tzloader(connection.timezone, server_binding)
-        return connection._prepare_cursor(server_binding)
+        kept = _kept(connection, raw, project_binds)
+        if not project_binds:
+            kept.prepared = wanted is not None
+        return _Borrowed(connection._prepare_cursor(kept))
+
+
+def _kept(connection: Any, raw: Any, project_binds: bool) -> Any:
+    """The psycopg cursor kept on ``connection`` for ``raw`` (its live psycopg
+    connection), made on first use and again after a reconnect; with the connection's
+    time zone, as Django's ``create_cursor`` sets it on each new cursor."""
+    driver = _driver()
+    assert driver is not None  # cursor() keeps one only on psycopg 3
+    base, text = driver
+    held = getattr(connection, "_celery_idem_cursor", None)
+    if held is not None and held[0] is raw and held[1] is project_binds and not held[2].closed:
+        kept = held[2]
+    else:
+        kept = connection.create_cursor() if project_binds else _server_binding_cursor()(raw)
+        connection._celery_idem_cursor = (raw, project_binds, kept)
+    # Checked on every use: the connection's time zone can change (override_settings).
+    loader = kept.adapters.get_loader(base.TIMESTAMPTZ_OID, text)
+    if connection.timezone != loader.timezone:
+        base.register_tzloader(connection.timezone, kept)
+    return kept
+
+
+class _Borrowed:
+    """``with`` on a kept cursor: yields Django's wrapper and leaves the cursor open for
+    the next statement (the wrapper's own ``__exit__`` would close it)."""
+
+    __slots__ = ("wrapper",)
+
+    def __init__(self, wrapper: Any) -> None:
+        self.wrapper = wrapper
+
+    def __enter__(self) -> Any:
+        return self.wrapper
+
+    def __exit__(self, *exc: object) -> None:
+        return None
