@@ -102,11 +102,11 @@ def build(rows: int, unknown: int) -> dict[str, Any]:
     """Load ``rows`` jobs and ``unknown`` stale claims of an unknown task, with history."""
     from django.db import connection
 
-    namespace, message = template_message()
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE celery_idem_transition, celery_idem_checkpoint, "
                        "celery_idem_job RESTART IDENTITY")
+        namespace, message = template_message()  # on the empty table (a rebuild's too)
         ddl = [d for table in ("celery_idem_transition", "celery_idem_checkpoint",
                                "celery_idem_job") for d in _saved_schema(cursor, table)]
         for drop, _ in ddl:
