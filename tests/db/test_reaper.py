@@ -88,6 +88,18 @@ def last(key, event):
     return Transition.objects.filter(job__key=key, event=event).order_by("-id").first()
 
 
+def lose_twice():
+    """A max_attempts=2 job whose two claims both lost their worker: the second pass
+    dead-letters it. Its intent, and that pass's report."""
+    with freeze_time(T0):
+        intent = publish(at_most_twice)
+        claim(intent)
+    reap_at("2030-01-01 12:01:01")
+    with freeze_time("2030-01-01 12:02:00"):
+        claim(intent, task_id="t-2")
+    return intent, reap_at("2030-01-01 12:03:01")
+
+
 def reap_at(when, **kwargs):
     with freeze_time(when):
         return reaper.reap(**kwargs)
@@ -132,13 +144,7 @@ class TestStaleClaims:
 
     def test_dead_lettered_once_attempts_reach_max_attempts(self, backend, sent):
         """Attempt 2 of a max_attempts=2 task lost its worker: FAILED, reason dead-lettered."""
-        with freeze_time(T0):
-            intent = publish(at_most_twice)
-            claim(intent)
-        reap_at("2030-01-01 12:01:01")
-        with freeze_time("2030-01-01 12:02:00"):
-            claim(intent, task_id="t-2")
-        report = reap_at("2030-01-01 12:03:01")
+        _, report = lose_twice()
         job = Job.objects.get(key="twice/1")
         assert report.as_dict() == {"dead_lettered": {"tests.reaper.twice": 1}}
         assert (job.state, job.attempt) == ("FAILED", 2) and len(sent) == 1
@@ -148,13 +154,7 @@ class TestStaleClaims:
 
     def test_a_reset_job_gets_a_fresh_attempt_budget(self, backend, sent):
         """After an operator reset, attempts count from the reset, not from the first claim."""
-        with freeze_time(T0):
-            intent = publish(at_most_twice)
-            claim(intent)
-        reap_at("2030-01-01 12:01:01")
-        with freeze_time("2030-01-01 12:02:00"):
-            claim(intent, task_id="t-2")
-        reap_at("2030-01-01 12:03:01")  # dead-lettered at attempt 2
+        intent, _ = lose_twice()  # dead-lettered at attempt 2
         job = Job.objects.get(key="twice/1")
         assert backend.apply(Change(job.id, "reset", State.FAILED, attempt=2,
                                     reason="operator"), timezone.now())
@@ -168,13 +168,7 @@ class TestStaleClaims:
         """The mark is the row's (states.MOVES): set by the dead_lettered move, cleared
         by an operator's reset; the next failure of the key is an ordinary one, though
         the history still holds the earlier dead_lettered line."""
-        with freeze_time(T0):
-            intent = publish(at_most_twice)
-            claim(intent)
-        reap_at("2030-01-01 12:01:01")
-        with freeze_time("2030-01-01 12:02:00"):
-            claim(intent, task_id="t-2")
-        reap_at("2030-01-01 12:03:01")  # dead-lettered at attempt 2
+        intent, _ = lose_twice()  # dead-lettered at attempt 2
         job = Job.objects.get(key="twice/1")
         assert job.dead_lettered and list(Job.objects.dead_lettered()) == [job]
         assert backend.apply(Change(job.id, "reset", State.FAILED, attempt=2,
