@@ -58,12 +58,26 @@ class Tier:
 
 POSTGRES = {"IDEM_DATABASE": "postgres"}
 MARIADB = {"IDEM_DATABASE": "mysql"}
+#: Worker tests of publishing, canvas, task options, beat, the leader and metrics: the
+#: same celery-idem code whatever the database and broker (their SQL is in tests/db, run
+#: on every database). CI runs them on PostgreSQL + Redis; --full on SQLite and MariaDB too.
+SAME_ON_EVERY_STACK = tuple(f"tests/integration/test_{name}.py" for name in (
+    "beat", "call_paths", "celery_published", "leader", "metrics", "publish_paths",
+    "pydantic", "replace_check", "retry_arguments", "send_task_keys", "untyped"))
+#: The other worker tests: duplicates, crashes, recovery, the outbox, batches, the stored
+#: message, large arguments, recipes, steps, and each database's own (the rest skip).
+STACK_WORKER_TESTS = tuple(sorted(
+    str(path.relative_to(ROOT)) for path in (ROOT / "tests" / "integration").glob("test_*.py")
+    if str(path.relative_to(ROOT)) not in SAME_ON_EVERY_STACK))
 TIERS = [
     Tier("unit", "unit tests: no database, no services (the fastest useful subset)",
          ("tests/unit",)),
     Tier("sqlite", "SQLite (WAL) + celery-idem's filesystem transport: database tests, "
-         "the admin in headless Chromium, real worker processes (the demo small among them)",
-         ("tests/db", "tests/browser", "tests/integration"), {"IDEM_DATABASE": "sqlite"}),
+         "the admin in headless Chromium, the worker tests of duplicates, crashes, recovery, "
+         "the outbox, batches and the stored message (the demo small among them; the "
+         "worker tests that run the same code on every stack with --full)",
+         ("tests/db", "tests/browser", *STACK_WORKER_TESTS), {"IDEM_DATABASE": "sqlite"},
+         full_paths=SAME_ON_EVERY_STACK),
     Tier("postgres+redis", "PostgreSQL + Redis: database tests (native SQL and portable "
          "backends), real workers on every pool, every benchmark at a tiny size, the chaos "
          "suite small", ("tests/db", "tests/integration", "tests/bench", "tests/chaos"),
@@ -75,11 +89,14 @@ TIERS = [
          {**POSTGRES, "IDEM_BROKER": RABBITMQ, "IDEM_RESULTS": f"{REDIS}/1"},
          ("postgres", "rabbitmq", "redis"), markers="pools or delivery or not worker"),
     Tier("mariadb+redis", "MariaDB (Django's mysql backend, mysqlclient) + Redis: the "
-         "portable backend, its migrations, the admin (in a browser too), real workers, the "
-         "chaos suite small on a mariadbd of its own (Debian's mariadb-server binaries)",
-         ("tests/db", "tests/browser", "tests/integration", "tests/chaos"),
+         "portable backend, its migrations, the admin (in a browser too), the worker tests "
+         "of duplicates, crashes, recovery, the outbox, batches and the stored message (the "
+         "worker tests that run the same code on every stack with --full), the chaos suite "
+         "small on a mariadbd of its own (Debian's mariadb-server binaries)",
+         ("tests/db", "tests/browser", *STACK_WORKER_TESTS, "tests/chaos"),
          {**MARIADB, "IDEM_MYSQL_DRIVER": "mysqlclient", "IDEM_BROKER": f"{REDIS}/0",
-          "IDEM_RESULTS": f"{REDIS}/1"}, ("mariadb", "redis")),
+          "IDEM_RESULTS": f"{REDIS}/1"}, ("mariadb", "redis"),
+         full_paths=SAME_ON_EVERY_STACK),
     Tier("mariadb-pymysql", "MariaDB on the other driver, PyMySQL: the backend contract, "
          "the claims and their races",
          ("tests/db/test_backend_contract.py", "tests/db/test_claims.py",
