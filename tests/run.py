@@ -64,11 +64,13 @@ MARIADB = {"IDEM_DATABASE": "mysql"}
 SAME_ON_EVERY_STACK = tuple(f"tests/integration/test_{name}.py" for name in (
     "beat", "call_paths", "celery_published", "leader", "metrics", "publish_paths",
     "pydantic", "replace_check", "retry_arguments", "send_task_keys", "untyped"))
+#: Worker tests of a prototype in bench/ (bench/onestmt.py), not of the library: --full.
+PROTOTYPES = ("tests/integration/test_onestmt_prototype.py",)
 #: The other worker tests: duplicates, crashes, recovery, the outbox, batches, the stored
 #: message, large arguments, recipes, steps, and each database's own (the rest skip).
 STACK_WORKER_TESTS = tuple(sorted(
     str(path.relative_to(ROOT)) for path in (ROOT / "tests" / "integration").glob("test_*.py")
-    if str(path.relative_to(ROOT)) not in SAME_ON_EVERY_STACK))
+    if str(path.relative_to(ROOT)) not in SAME_ON_EVERY_STACK + PROTOTYPES))
 TIERS = [
     Tier("unit", "unit tests: no database, no services (the fastest useful subset)",
          ("tests/unit",)),
@@ -80,9 +82,10 @@ TIERS = [
          full_paths=SAME_ON_EVERY_STACK),
     Tier("postgres+redis", "PostgreSQL + Redis: database tests (native SQL and portable "
          "backends), real workers on every pool, every benchmark at a tiny size, the chaos "
-         "suite small", ("tests/db", "tests/integration", "tests/bench", "tests/chaos"),
+         "suite small (the bench/ prototype's worker test with --full)",
+         ("tests/db", *STACK_WORKER_TESTS, *SAME_ON_EVERY_STACK, "tests/bench", "tests/chaos"),
          {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
-         ("postgres", "redis", "rabbitmq")),
+         ("postgres", "redis", "rabbitmq"), full_paths=PROTOTYPES),
     Tier("postgres+rabbitmq", "PostgreSQL + RabbitMQ: the worker tests whose outcome rests "
          "on the broker (marked `pools` or `delivery`; all of them with --full), the chaos "
          "suite small", ("tests/integration", "tests/chaos"),
