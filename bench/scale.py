@@ -1,6 +1,6 @@
 """Operating at scale: each operator action timed on a realistic job table of N rows.
 
-    .venv/bin/python bench/scale.py                 # 10M jobs (~30 GB, ~30 min to build)
+    .venv/bin/python bench/scale.py                 # 10M jobs (~11 GB, ~5 min to build)
     .venv/bin/python bench/scale.py --rows 20000    # a quick look
     .venv/bin/python bench/scale.py --reuse         # time again on the table already built
 
@@ -10,15 +10,16 @@ indexes and constraints dropped for the load and built again after, then ``VACUU
 ANALYZE``): 2 history rows per job; 98 % SUCCEEDED, 1 % FAILED (a tenth of them
 dead-lettered), 0.5 % RUNNING with expired leases, 0.5 % PENDING past the dispatch
 timeout; 20 task names with a key prefix each (``order/``, ``invoice/``, ...), created
-over 30 days in id order; a ~1.1 KB stored message (a real one, published through the
+over 30 days in id order; a stored message (a real one, published through the
 producer); plus ``--unknown`` (5,000) stale claims of a task no process knows.
 
 Then each action, median of ``--repeat`` (3), through the library's own entry points:
 the recovery pass (the first, which releases and re-sends the backlog to kombu's
-in-memory broker, once; then with only the unknown task's claims left; then with nothing
-to do), ``idem_status`` (default and ``--exact``), every admin page through Django's
-test client as a superuser (the list, each filter, the searches, a page far down, a
-detail page), and ``idem_purge`` of the oldest day (rows/s) while a concurrent inserter
+in-memory broker, once, its clock moved back so the jobs it re-sends are between
+re-sends afterwards: ``between_resends``; then with only the unknown task's claims left;
+then with nothing to do), ``idem_status`` (default and ``--exact``), every admin page
+through Django's test client as a superuser (the list, each filter, the date ranges, the
+sort orders, the searches, a page far down, a detail page), and ``idem_purge`` of the oldest day (rows/s) while a concurrent inserter
 measures its worst insert latency. Writes bench/results/scale.json. ``--drop`` drops the
 database afterwards (the JSON stays).
 """
