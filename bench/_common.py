@@ -56,16 +56,12 @@ def log(*parts: Any) -> None:
 
 # -- environment ---------------------------------------------------------------------------
 
-def configure(broker: str = "redis", queue: str | None = None,
-              database: str = "postgres") -> dict[str, str]:
-    """Point the Django project at the benchmark database and broker (before django.setup).
-    ``database``: a stack of bench/stacks.py (``pgbouncer`` is PostgreSQL here; its
-    pooler is started by ``stacks.opened``)."""
+def configure(broker: str = "redis", queue: str | None = None) -> dict[str, str]:
+    """Point the Django project at the benchmark database (PostgreSQL; another stack is
+    ``stacks.opened``'s, entered after this) and broker (before django.setup)."""
     os.environ.setdefault("IDEM_VAR_DIR", "/tmp/idem-bench")
     os.environ.setdefault("IDEM_PG_NAME", "idem_bench")
-    os.environ["IDEM_DATABASE"] = "mysql" if database == "mysql" else "postgres"
-    if database == "mysql":
-        os.environ.setdefault("IDEM_MYSQL_NAME", os.environ["IDEM_PG_NAME"])
+    os.environ["IDEM_DATABASE"] = "postgres"
     os.environ.pop("IDEM_DB_NAME", None)
     os.environ["IDEM_BROKER"] = BROKERS[broker]
     os.environ["IDEM_RESULTS"] = f"redis://{REDIS_HOST}:{REDIS_PORT}/{LOCK_DB}"

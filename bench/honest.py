@@ -76,7 +76,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
-from bench.stacks import POSTGRES_ONLY, STACKS, Stack, opened, pids_named  # noqa: E402
+from bench.stacks import (  # noqa: E402
+    DB_GROUP,
+    POSTGRES_ONLY,
+    STACKS,
+    Stack,
+    opened,
+    pids_named,
+)
 
 VARIANTS = ("raw", "django", "once", "floor", "idem", "idem-broker", "atomic", "atomic1", "replay",
             "pub-plain", "pub-idem", "pub-async", "pub-broker")
@@ -352,7 +359,7 @@ def print_table(data: dict[str, Any]) -> None:
     head = (f"  {'variant':10} {'total/s':>8} {'x django':>8} {'x raw':>6} {'publish/s':>9} "
             f"{'worker/s':>8} {'cpu prod':>8} {'worker':>7} {'db':>7} {'pooler':>7} "
             f"{'broker':>7} {'WAL B':>7} {'sess':>5}")
-    db = "mariadb" if database == "mysql" else "postgres"
+    db = DB_GROUP[database]
     for broker, variants in data["summary"].items():
         print(f"\n{database}, {broker} (medians; CPU µs ({db}; PgBouncer as pooler), WAL bytes"
               f" of this database and PostgreSQL sessions opened, per task; None: n/a)\n{head}")
@@ -401,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                              "optionally with :keep or :celery")
         if args.database == "mysql" and name in POSTGRES_ONLY:
             raise SystemExit(f"variant {name!r} runs on PostgreSQL only (not --database mysql)")
-    c.configure(brokers[0], database=args.database)
+    c.configure(brokers[0])
     # A SIGTERM unwinds like ^C, so the stack's PgBouncer is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with opened(args.database) as stack:

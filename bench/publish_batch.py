@@ -53,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
 
     queue = c.new_queue("bench-batch")
-    c.configure("redis", queue, database=args.database)
+    c.configure("redis", queue)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: PgBouncer stopped
     with opened(args.database) as stack:
         measure(args, queue, stack)

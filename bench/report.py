@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.stacks import DB_GROUP  # noqa: E402
+
 LABELS = {
     "raw": "raw (psycopg, kept connection)", "django": "django (same task, `keep` policy)",
     "once": "celery-once", "floor": "floor (the protocol in raw SQL)",
@@ -29,8 +33,6 @@ LABELS = {
 #: The stacks of ``honest.py --database`` (a file from before the option: PostgreSQL).
 STACKS = {"postgres": "PostgreSQL", "pgbouncer": "PostgreSQL behind PgBouncer",
           "mysql": "MariaDB"}
-#: The database's CPU group in a run's ``cpu_us_per_task``, per stack.
-DB_GROUP = {"postgres": "postgres", "pgbouncer": "postgres", "mysql": "mariadb"}
 PUBLISH = ("pub-plain", "pub-idem", "pub-async")
 
 

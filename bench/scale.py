@@ -16,7 +16,7 @@ producer); plus ``--unknown`` (5,000) stale claims of a task no process knows.
 Then each action, median of ``--repeat`` (3), through the library's own entry points:
 the recovery pass (the first, which releases and re-sends the backlog to kombu's
 in-memory broker, once, its clock moved back so the jobs it re-sends are between
-re-sends afterwards: ``between_resends``; then with only the unknown task's claims left;
+re-sends afterwards: ``first_pass_lag``; then with only the unknown task's claims left;
 then with nothing to do), ``idem_status`` (default and ``--exact``), every admin page
 through Django's test client as a superuser (the list, each filter, the date ranges, the
 sort orders, the searches, a page far down, a detail page), and ``idem_purge`` of the oldest day (rows/s) while a concurrent inserter
@@ -231,7 +231,7 @@ def recovery(repeat: int) -> dict[str, Any]:
         cursor.execute("UPDATE celery_idem_job SET lease_expires_at = now() - interval '1 hour'"
                        " WHERE task_name = %s", [UNKNOWN_TASK])
     started = time.perf_counter()
-    first = reap(now=timezone.now() - timedelta(seconds=between_resends()))
+    first = reap(now=timezone.now() - timedelta(seconds=first_pass_lag()))
     out["first_pass"] = {"ms": round(1e3 * (time.perf_counter() - started), 1),
                          "did": {a: first.total(a) for a in first.as_dict()}}
     reports: list[Any] = []
@@ -247,8 +247,8 @@ def recovery(repeat: int) -> dict[str, Any]:
     return out
 
 
-def between_resends() -> float:
-    """How long before now the first pass runs (its clock moved back, ``reap(now=...)``):
+def first_pass_lag() -> float:
+    """Seconds before now the first pass runs at (its clock moved back, ``reap(now=...)``):
     then the jobs it sends again are, when the rest is timed, as an operator finds them a
     while after an outage: past the dispatch timeout since that re-send, not yet due for
     the next one (whose wait doubled). A pass and idem_status must not read them one by

@@ -33,6 +33,8 @@ STACKS = ("postgres", "pgbouncer", "mysql")
 #: Variants that need PostgreSQL itself (raw psycopg workers, PostgreSQL SQL, a patch of
 #: the PostgreSQL backend): not run on MariaDB.
 POSTGRES_ONLY = ("raw", "floor", "atomic1", "pub-async")
+#: The database server's CPU group in a run's ``cpu_us_per_task``, per stack.
+DB_GROUP = {"postgres": "postgres", "pgbouncer": "postgres", "mysql": "mariadb"}
 #: PgBouncer's own default_pool_size.
 PGBOUNCER_POOL_SIZE = 20
 
@@ -88,11 +90,12 @@ class Stack:
 
     def server_groups(self) -> dict[str, list[int]]:
         """The database's process groups: name -> pids (sampled before and after a run)."""
+        group = DB_GROUP[self.name]
         if not self.postgres:
-            return {"mariadb": pids_named("mariadbd", "mysqld")}
+            return {group: pids_named("mariadbd", "mysqld")}
         rows = self.direct().execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database()").fetchall()
-        groups = {"postgres": [r[0] for r in rows]}
+        groups = {group: [r[0] for r in rows]}
         if self.bouncer is not None:
             groups["pgbouncer"] = [self.bouncer.process.pid]
         return groups

@@ -22,18 +22,19 @@ def mark_dead_lettered(apps, schema_editor):
     Job = apps.get_model("celery_idem", "Job")
     Transition = apps.get_model("celery_idem", "Transition")
     db = schema_editor.connection.alias
-    candidates = (Transition.objects.using(db)
-                  .filter(event="dead_lettered", job__state="FAILED")
-                  .values_list("job_id", flat=True).distinct())
-    marked = []
-    for job_id in candidates.iterator():
-        last = (Transition.objects.using(db).filter(job_id=job_id, to_state="FAILED")
-                .order_by("-at", "-id").values_list("event", flat=True).first())
-        if last == "dead_lettered":
-            marked.append(job_id)
-    for start in range(0, len(marked), 1000):
-        Job.objects.using(db).filter(id__in=marked[start:start + 1000]).update(
-            dead_lettered=True)
+    candidates = list(Transition.objects.using(db)
+                      .filter(event="dead_lettered", job__state="FAILED")
+                      .values_list("job_id", flat=True).distinct())
+    for start in range(0, len(candidates), 1000):
+        # Each job's moves into FAILED in order, a chunk of jobs a query: the last wins.
+        last = {}
+        for job_id, event in (Transition.objects.using(db)
+                              .filter(job_id__in=candidates[start:start + 1000],
+                                      to_state="FAILED")
+                              .order_by("job_id", "at", "id").values_list("job_id", "event")):
+            last[job_id] = event
+        marked = [job_id for job_id, event in last.items() if event == "dead_lettered"]
+        Job.objects.using(db).filter(id__in=marked).update(dead_lettered=True)
 
 
 class Migration(migrations.Migration):
