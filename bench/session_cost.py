@@ -47,6 +47,8 @@ from bench import _common as c  # noqa: E402
 
 VARIANTS = {
     "default": {"PREPARED_STATEMENTS": False, "SYNCHRONOUS_COMMIT": False},
+    # The statements sent themselves, as before migration 0014 installed the routines.
+    "no-routines": {"PREPARED_STATEMENTS": False, "SYNCHRONOUS_COMMIT": False},
     "prepared": {"PREPARED_STATEMENTS": True, "SYNCHRONOUS_COMMIT": False},
     "flushed": {"PREPARED_STATEMENTS": False, "SYNCHRONOUS_COMMIT": True},
     "prepared+flushed": {"PREPARED_STATEMENTS": True, "SYNCHRONOUS_COMMIT": True},
@@ -62,13 +64,25 @@ def apply(variant: str) -> None:
     from django.db import connections
 
     from celery_idem import connection as bookkeeping
+    from celery_idem.backends import routines
 
+    routines.forget()
+    if variant == "no-routines":
+        routines.calls = lambda connection: {}  # type: ignore[assignment]
+    else:
+        routines.calls = _CALLS
     for name, value in VARIANTS[variant].items():
         setattr(settings, f"CELERY_IDEM_{name}", value)
         setting_changed.send(sender=None, setting=f"CELERY_IDEM_{name}", value=value,
                              enter=True)
     connections.close_all()
     bookkeeping.close_bookkeeping_connections()
+
+
+def _calls() -> Any:
+    from celery_idem.backends import routines
+
+    return routines.calls
 
 
 def one_plain(n: int, prefix: str) -> None:
@@ -126,6 +140,8 @@ def main(argv: list[str]) -> int:
         parser.error("the variants must include default (the ratios' baseline)")
     c.configure_in_process(c.new_queue("bench-session"))
     c.setup_django()
+    global _CALLS
+    _CALLS = _calls()
     load = [c.loadavg()]
     rounds: list[dict[str, dict[str, dict[str, float]]]] = []
     for r in range(args.rounds):

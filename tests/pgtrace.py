@@ -9,7 +9,11 @@ from typing import Any
 
 
 def round_trips(connection: Any, fn: Callable[[], Any]) -> int:
-    """Round trips on ``connection`` (a Django DatabaseWrapper) while ``fn`` runs."""
+    """Round trips on ``connection`` (a Django DatabaseWrapper) while ``fn`` runs (after
+    the process's one read of which stored routines the database has)."""
+    from celery_idem.backends import routines
+
+    routines.calls(connection)
     connection.ensure_connection()
     pgconn = connection.connection.pgconn
     with tempfile.TemporaryFile("w+") as trace:

@@ -21,7 +21,7 @@ from ..conf import settings as idem_settings
 from ..connection import bookkeeping_connection
 from ..models import Job
 from ..states import Move, State, StepWrite
-from . import pipeline, prepared
+from . import pipeline, prepared, routines
 from .base import Backend
 from .queries import (
     DIVISION_BY_ZERO,
@@ -93,6 +93,12 @@ def _move_params(change: Change, move: Move, now: datetime) -> dict[str, Any]:
     }
 
 
+def _routine_or(connection: Any, sql: str) -> str:
+    """The call of ``sql``'s stored routine where the database has one (``routines``),
+    else ``sql`` itself."""
+    return routines.calls(connection).get(sql, sql)
+
+
 def _outcome(rows: list[tuple[Any, ...]]) -> ClaimOutcome:
     if not rows:
         return ClaimOutcome(False, None)
@@ -127,8 +133,9 @@ class PostgreSQLBackend(Backend):
 
     def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         # Prepared only where the settings ask for it (backends.prepared).
-        with prepared.cursor(self._connection()) as cursor:
-            cursor.execute(sql, params)
+        connection = self._connection()
+        with prepared.cursor(connection) as cursor:
+            cursor.execute(_routine_or(connection, sql), params)
             return cursor.fetchall()
 
     def _write(self, sql: str, params: dict[str, Any], *,
@@ -137,7 +144,8 @@ class PostgreSQLBackend(Backend):
         wait for the WAL flush (CELERY_IDEM_SYNCHRONOUS_COMMIT off), unless ``flush``:
         transaction-scoped, nothing stays on the session (pipeline.fetch_unflushed)."""
         if self.dedicated and not flush and not idem_settings.SYNCHRONOUS_COMMIT:
-            return pipeline.fetch_unflushed(self._connection(), sql, params)
+            connection = self._connection()
+            return pipeline.fetch_unflushed(connection, _routine_or(connection, sql), params)
         return self._fetch(sql, params)
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
@@ -203,7 +211,8 @@ class PostgreSQLBackend(Backend):
         # its statement (move_result_final), so nothing commits.
         sql = move_sql(move.event, tuple(sorted(change.values)), final=True)
         try:
-            pipeline.execute_and_commit(connection, sql, _move_params(change, move, now))
+            pipeline.execute_and_commit(connection, _routine_or(connection, sql),
+                                        _move_params(change, move, now))
         except DataError as exc:
             if pipeline.sqlstate(exc) != DIVISION_BY_ZERO:
                 raise

@@ -10,6 +10,7 @@ from celery import group, shared_task
 from django.db import transaction
 
 from celery_idem import IdempotentTask, batching
+from celery_idem.backends import routines
 from celery_idem.errors import KeyMismatch
 from celery_idem.models import Job
 from celery_idem.producer import KEY_HEADER, UNWRITTEN_HEADER
@@ -61,7 +62,8 @@ def test_a_fresh_claim_is_one_statement_and_a_replay_one(backend, broker_durabil
     commit one more; a duplicate of the finished key finds it with its one insert try."""
     key = echo.intent((2,)).key
     by_connection = statements(lambda: echo.apply(args=(2,), headers=unwritten(key)).get())
-    claim, commit = [sql for sqls in by_connection.values() for sql in sqls]
+    claim, commit = [routines.statement_of(sql) for sqls in by_connection.values()
+                     for sql in sqls]
     assert claim.lstrip().upper().startswith(("INSERT", "WITH INS AS")), claim
     assert "finished_at" in commit
     assert count(lambda: echo.apply(args=(2,), headers=unwritten(key)).get()) == (

@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from celery_idem import IdempotentTask
+from celery_idem.backends import routines
 from celery_idem.backends.generic import GenericBackend
 from celery_idem.connection import bookkeeping_connection, release_bookkeeping
 from celery_idem.producer import KEY_HEADER as HEADER
@@ -44,9 +45,11 @@ def atomic_echo(self, n):
 
 def statements(fn):
     """The statements ``fn`` runs, on Django's connection and on the bookkeeping one
-    (PostgreSQL), by connection: {"django": [...], "bookkeeping": [...]}."""
+    (PostgreSQL), by connection: {"django": [...], "bookkeeping": [...]}; after the
+    process's one read of which stored routines the database has (backends/routines.py)."""
     wrappers = {"django": connection}
     if connection.vendor == "postgresql":
+        routines.calls(connection)
         # The one this thread gets: released after each use, taken again from the idle.
         wrappers["bookkeeping"] = bookkeeping_connection(connection.alias)
         release_bookkeeping()
@@ -95,7 +98,7 @@ def test_the_intent_rides_the_callers_transaction_or_the_bookkeeping_connection(
 def _prepared_statements():
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
-        return [row[0] for row in cursor.fetchall()]
+        return [routines.statement_of(row[0]) for row in cursor.fetchall()]
 
 
 @pytest.fixture
