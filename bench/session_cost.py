@@ -23,7 +23,8 @@ variant's start, so it runs under its settings):
   flush: what dropping the unflushed commits would cost);
 - ``prepared+flushed``.
 
-Per loop: keys per second (wall) and this process's CPU µs per key. Ratios are per round
+Per loop: keys per second (wall), this process's CPU µs per key and the server's (every
+PostgreSQL backend connected to the benchmark database, from /proc). Ratios are per round
 against ``default`` of the same round and loop; medians and the lowest and highest round.
 One client in sequence: each flush is waited for in full (no group commit with other
 sessions), which is a worker child's view of it. ``IDEM_PG_NAME`` (default
@@ -44,6 +45,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench.honest import CLK, ticks  # noqa: E402
+from bench.stacks import Stack  # noqa: E402
+
+_STACK = Stack("postgres")
 
 VARIANTS = {
     "default": {"PREPARED_STATEMENTS": False, "SYNCHRONOUS_COMMIT": False},
@@ -67,10 +72,9 @@ def apply(variant: str) -> None:
     from celery_idem.backends import routines
 
     routines.forget()
-    if variant == "no-routines":
-        routines.calls = lambda connection: {}  # type: ignore[assignment]
-    else:
-        routines.calls = _CALLS
+    _ROUTINE_CALLS.setdefault("calls", routines.calls)
+    routines.calls = (_no_routines if variant == "no-routines"  # type: ignore[assignment]
+                      else _ROUTINE_CALLS["calls"])
     for name, value in VARIANTS[variant].items():
         setattr(settings, f"CELERY_IDEM_{name}", value)
         setting_changed.send(sender=None, setting=f"CELERY_IDEM_{name}", value=value,
@@ -79,10 +83,12 @@ def apply(variant: str) -> None:
     bookkeeping.close_bookkeeping_connections()
 
 
-def _calls() -> Any:
-    from celery_idem.backends import routines
+#: The library's ``routines.calls``, while a variant replaces it.
+_ROUTINE_CALLS: dict[str, Any] = {}
 
-    return routines.calls
+
+def _no_routines(connection: Any) -> dict[str, str]:
+    return {}
 
 
 def one_plain(n: int, prefix: str) -> None:
@@ -121,11 +127,17 @@ def loop(kind: str, n: int) -> dict[str, float]:
     prefix = f"{kind}-{uuid.uuid4().hex[:8]}"
     for i in range(WARMUP):  # sessions opened, statements prepared where asked
         one(i, f"warm-{prefix}")
+    # The server's CPU: every backend of the benchmark database (the two this process
+    # uses, and the direct connection asking), as honest.py reads it.
+    backends = _STACK.server_groups()["postgres"]
+    server = sum(ticks(p) for p in backends)
     cpu, wall = time.process_time(), time.perf_counter()
     for i in range(n):
         one(i, prefix)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"per_s": n / wall, "cpu_us": cpu / n * 1e6}
+    server = sum(ticks(p) for p in backends) - server
+    return {"per_s": n / wall, "cpu_us": cpu / n * 1e6,
+            "server_cpu_us": server / CLK / n * 1e6}
 
 
 def main(argv: list[str]) -> int:
@@ -140,8 +152,6 @@ def main(argv: list[str]) -> int:
         parser.error("the variants must include default (the ratios' baseline)")
     c.configure_in_process(c.new_queue("bench-session"))
     c.setup_django()
-    global _CALLS
-    _CALLS = _calls()
     load = [c.loadavg()]
     rounds: list[dict[str, dict[str, dict[str, float]]]] = []
     for r in range(args.rounds):
@@ -165,6 +175,7 @@ def main(argv: list[str]) -> int:
                 "ratio_to_default": c.median(ratios), "ratio_min": min(ratios),
                 "ratio_max": max(ratios),
                 "cpu_us": c.median(rd[variant][kind]["cpu_us"] for rd in rounds),
+                "server_cpu_us": c.median(rd[variant][kind]["server_cpu_us"] for rd in rounds),
             }
     for variant, kinds in summary.items():
         print(variant, {k: {m: round(v, 3) for m, v in s.items()} for k, s in kinds.items()})

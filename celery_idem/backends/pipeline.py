@@ -17,7 +17,10 @@ connection (autocommit) a claim or a commit is sent after
 ``set_config('synchronous_commit', 'off', true)``, both before one Sync: the server runs
 the messages up to a Sync in one implicit transaction, which the Sync commits, so the
 setting covers that commit and ends with it. Nothing stays on the session (a transaction
-pooler may hand it to another client next), and it costs no round trip.
+pooler may hand it to another client next), and it costs no round trip. A statement
+with a stored routine (``routines``) needs neither: the routine sets it first thing, in
+the same transaction, so the call is sent alone (a pipeline costs the client about three
+times a plain execute).
 
 BEGIN and an atomic claim stay two round trips: psycopg syncs after the BEGIN it sends in
 pipeline mode (``BaseConnection._start_query``), and one simple-protocol query

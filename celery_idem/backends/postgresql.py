@@ -93,12 +93,6 @@ def _move_params(change: Change, move: Move, now: datetime) -> dict[str, Any]:
     }
 
 
-def _routine_or(connection: Any, sql: str) -> str:
-    """The call of ``sql``'s stored routine where the database has one (``routines``),
-    else ``sql`` itself."""
-    return routines.calls(connection).get(sql, sql)
-
-
 def _outcome(rows: list[tuple[Any, ...]]) -> ClaimOutcome:
     if not rows:
         return ClaimOutcome(False, None)
@@ -132,21 +126,28 @@ class PostgreSQLBackend(Backend):
         return (State(rows[0][0]), int(rows[0][1])) if rows else None
 
     def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return self._run(self._connection(), sql, params)
+
+    @staticmethod
+    def _run(connection: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         # Prepared only where the settings ask for it (backends.prepared).
-        connection = self._connection()
         with prepared.cursor(connection) as cursor:
-            cursor.execute(_routine_or(connection, sql), params)
+            cursor.execute(sql, params)
             return cursor.fetchall()
 
     def _write(self, sql: str, params: dict[str, Any], *,
                flush: bool = False) -> list[tuple[Any, ...]]:
-        """A statement that writes. On the bookkeeping connection its commit does not
-        wait for the WAL flush (CELERY_IDEM_SYNCHRONOUS_COMMIT off), unless ``flush``:
-        transaction-scoped, nothing stays on the session (pipeline.fetch_unflushed)."""
-        if self.dedicated and not flush and not idem_settings.SYNCHRONOUS_COMMIT:
-            connection = self._connection()
-            return pipeline.fetch_unflushed(connection, _routine_or(connection, sql), params)
-        return self._fetch(sql, params)
+        """A statement that writes, or its stored routine's call. On the bookkeeping
+        connection its commit does not wait for the WAL flush
+        (CELERY_IDEM_SYNCHRONOUS_COMMIT off), unless ``flush``: transaction-scoped,
+        nothing stays on the session (set in the routine, or pipeline.fetch_unflushed)."""
+        connection = self._connection()
+        unflushed = (self.dedicated and not flush and not idem_settings.SYNCHRONOUS_COMMIT
+                     and connection.get_autocommit())
+        call = routines.call_or(connection, sql, params, unflushed)
+        if unflushed and call is sql:
+            return pipeline.fetch_unflushed(connection, sql, params)
+        return self._run(connection, call, params)
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
@@ -210,9 +211,10 @@ class PostgreSQLBackend(Backend):
         # The move and the COMMIT in one round trip; a move that does not match fails
         # its statement (move_result_final), so nothing commits.
         sql = move_sql(move.event, tuple(sorted(change.values)), final=True)
+        params = _move_params(change, move, now)
         try:
-            pipeline.execute_and_commit(connection, _routine_or(connection, sql),
-                                        _move_params(change, move, now))
+            pipeline.execute_and_commit(connection, routines.call_or(connection, sql, params),
+                                        params)
         except DataError as exc:
             if pipeline.sqlstate(exc) != DIVISION_BY_ZERO:
                 raise

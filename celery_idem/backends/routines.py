@@ -4,8 +4,8 @@ with nothing left on the session.
 Without prepared statements (the default since issue 18, so that a transaction pooler
 can hand the session to anyone) PostgreSQL parses and plans every statement it is sent,
 and the library's CTEs cost more to plan than to run: an intent, a claim and a commit
-took about 2,300 µs of the server's CPU unprepared against 1,100 prepared
-(docs/benchmarks.md, "Stored routines"). A PL/pgSQL function keeps the plans of the
+took 2,780 µs of the server's CPU sent as statements, 1,300 as routines and 1,180
+prepared (docs/benchmarks.md, "Stored routines"). A PL/pgSQL function keeps the plans of the
 statements in its body in the server process's own cache, which belongs to no client:
 any session may run the function, a pooler may move the client between sessions, and
 nothing breaks when the plan is not there yet (it is made again). So the statements a
@@ -20,6 +20,9 @@ fresh task runs are installed as functions by a migration, and the backend sends
   statement changes (tests/unit/test_routines.py fails until one installs them). A
   migration that replaces a routine leaves the old one in place, for workers of the
   previous release still calling it.
+- **One round trip, no pipeline.** A routine's first parameter, ``unflushed``, sets its
+  own transaction's ``synchronous_commit`` off (the bookkeeping connection's claims and
+  commits), as ``pipeline`` does before a statement: nothing stays on the session.
 - **Optional at run time.** The backend calls a routine only where its database has it
   (one catalog read per database and process, ``calls``); elsewhere, before the migration
   or on another backend, it sends the statement itself.
@@ -35,18 +38,23 @@ from functools import cache
 from typing import Any
 
 from .. import states
+from .pipeline import UNFLUSHED_COMMIT
 from .values import ROW_COLUMNS
 
 PREFIX = "celery_idem_"
+#: A routine's first parameter, ``unflushed``: its commit does not wait for the WAL flush
+#: (the bookkeeping connection's claims and commits), set for its own transaction as
+#: ``pipeline`` sets it before a statement, so a call needs no pipeline.
+_UNFLUSHED = UNFLUSHED_COMMIT.replace("SELECT", "PERFORM", 1)
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 #: SQL types of the placeholders that are not text. Integers are bigint, which psycopg's
 #: int2/int4/int8 parameters all convert to implicitly (an integer parameter would not
 #: take an int8).
-_PARAM_TYPES = {"now": "timestamptz", "lease": "timestamptz", "started_at": "timestamptz",
-                "not_before": "timestamptz", "expires_at": "timestamptz",
-                "sent_at": "timestamptz", "attempt": "bigint", "parent": "bigint",
-                "id": "bigint", "dispatch_count": "bigint"}
+_PARAM_TYPES = {"unflushed": "boolean", "attempt": "bigint", "parent": "bigint",
+                "id": "bigint", "dispatch_count": "bigint",
+                **dict.fromkeys(["now", "lease", "started_at", "not_before", "expires_at",
+                                 "sent_at"], "timestamptz")}
 #: Django field types as function parameter and result types (no length: a varchar of
 #: any length passes).
 _FIELD_TYPES = {"BigAutoField": "bigint", "BigIntegerField": "bigint", "ForeignKey": "bigint",
@@ -79,7 +87,7 @@ class Routine:
 
     @property
     def params(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(_PLACEHOLDER.findall(self.statement)))
+        return ("unflushed", *dict.fromkeys(_PLACEHOLDER.findall(self.statement)))
 
     @property
     def body(self) -> str:
@@ -101,7 +109,9 @@ class Routine:
         # column's.
         return (f"CREATE OR REPLACE FUNCTION {self.name}({self.signature})\n"
                 f"RETURNS TABLE ({self.returns}) LANGUAGE plpgsql AS $body$\n"
-                f"#variable_conflict use_column\nBEGIN\nRETURN QUERY\n{self.body};\nEND\n$body$")
+                f"#variable_conflict use_column\nBEGIN\n"
+                f"IF p_unflushed THEN\n    {_UNFLUSHED};\nEND IF;\n"
+                f"RETURN QUERY\n{self.body};\nEND\n$body$")
 
     @property
     def drop(self) -> str:
@@ -160,6 +170,16 @@ def calls(connection: Any) -> dict[str, str]:
         found = {r.statement: r.call for r in hot() if r.name in names}
         _installed[where] = found
     return found
+
+
+def call_or(connection: Any, sql: str, params: dict[str, Any], unflushed: bool = False) -> str:
+    """The call of ``sql``'s routine where ``connection``'s database has one, its own
+    parameter added to ``params``; else ``sql`` itself."""
+    call = calls(connection).get(sql)
+    if call is None:
+        return sql
+    params["unflushed"] = unflushed
+    return call
 
 
 def statement_of(sql: str) -> str:

@@ -8,11 +8,14 @@
 from django.db import migrations
 
 ROUTINES = {
-    'celery_idem_insert_a3ddc7b4cd': (
-        'CREATE OR REPLACE FUNCTION celery_idem_insert_a3ddc7b4cd(p_namespace text, p_key text, p_task_name text, p_args text, p_kwargs text, p_fingerprint text, p_options text, p_to_state text, p_attempt bigint, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_started_at timestamptz, p_parent bigint, p_message text, p_not_before timestamptz, p_expires_at timestamptz, p_sent_at timestamptz)\n'
+    'celery_idem_insert_722e2e52bf': (
+        'CREATE OR REPLACE FUNCTION celery_idem_insert_722e2e52bf(p_unflushed boolean, p_namespace text, p_key text, p_task_name text, p_args text, p_kwargs text, p_fingerprint text, p_options text, p_to_state text, p_attempt bigint, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_started_at timestamptz, p_parent bigint, p_message text, p_not_before timestamptz, p_expires_at timestamptz, p_sent_at timestamptz)\n'
         'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result jsonb, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
+        'IF p_unflushed THEN\n'
+        "    PERFORM set_config('synchronous_commit', 'off', true);\n"
+        'END IF;\n'
         'RETURN QUERY\n'
         'WITH ins AS (\n'
         '    INSERT INTO celery_idem_job (namespace, key, task_name, args, kwargs, fingerprint, options, state,\n'
@@ -33,11 +36,14 @@ ROUTINES = {
         'END\n'
         '$body$'
     ),
-    'celery_idem_claim_ef6629fc4e': (
-        'CREATE OR REPLACE FUNCTION celery_idem_claim_ef6629fc4e(p_namespace text, p_key text, p_to_state text, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_from_state text, p_fingerprint text)\n'
+    'celery_idem_claim_e1d85b9642': (
+        'CREATE OR REPLACE FUNCTION celery_idem_claim_e1d85b9642(p_unflushed boolean, p_namespace text, p_key text, p_to_state text, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_from_state text, p_fingerprint text)\n'
         'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result jsonb, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
+        'IF p_unflushed THEN\n'
+        "    PERFORM set_config('synchronous_commit', 'off', true);\n"
+        'END IF;\n'
         'RETURN QUERY\n'
         'WITH target AS (\n'
         '    SELECT id FROM celery_idem_job WHERE namespace = p_namespace AND key = p_key\n'
@@ -56,11 +62,14 @@ ROUTINES = {
         'END\n'
         '$body$'
     ),
-    'celery_idem_succeed_0366949327': (
-        'CREATE OR REPLACE FUNCTION celery_idem_succeed_0366949327(p_to_state text, p_now timestamptz, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_v_result text, p_id bigint, p_from_state text, p_attempt bigint)\n'
+    'celery_idem_succeed_ace74ab1b8': (
+        'CREATE OR REPLACE FUNCTION celery_idem_succeed_ace74ab1b8(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_v_result text, p_id bigint, p_from_state text, p_attempt bigint)\n'
         'RETURNS TABLE (attempt integer) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
+        'IF p_unflushed THEN\n'
+        "    PERFORM set_config('synchronous_commit', 'off', true);\n"
+        'END IF;\n'
         'RETURN QUERY\n'
         'WITH moved AS (\n'
         '    UPDATE celery_idem_job SET state = p_to_state, updated_at = p_now, finished_at = p_v_finished_at, lease_expires_at = p_v_lease_expires_at, result = p_v_result::jsonb\n'
@@ -71,11 +80,14 @@ ROUTINES = {
         'END\n'
         '$body$'
     ),
-    'celery_idem_succeed_final_89753b9f05': (
-        'CREATE OR REPLACE FUNCTION celery_idem_succeed_final_89753b9f05(p_to_state text, p_now timestamptz, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_v_result text, p_id bigint, p_from_state text, p_attempt bigint)\n'
+    'celery_idem_succeed_final_63eb8362e4': (
+        'CREATE OR REPLACE FUNCTION celery_idem_succeed_final_63eb8362e4(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_v_result text, p_id bigint, p_from_state text, p_attempt bigint)\n'
         'RETURNS TABLE (checked integer) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
+        'IF p_unflushed THEN\n'
+        "    PERFORM set_config('synchronous_commit', 'off', true);\n"
+        'END IF;\n'
         'RETURN QUERY\n'
         'WITH moved AS (\n'
         '    UPDATE celery_idem_job SET state = p_to_state, updated_at = p_now, finished_at = p_v_finished_at, lease_expires_at = p_v_lease_expires_at, result = p_v_result::jsonb\n'
@@ -86,11 +98,14 @@ ROUTINES = {
         'END\n'
         '$body$'
     ),
-    'celery_idem_fail_a40f8ea1e3': (
-        'CREATE OR REPLACE FUNCTION celery_idem_fail_a40f8ea1e3(p_to_state text, p_now timestamptz, p_v_error text, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_id bigint, p_from_state text, p_attempt bigint, p_event text, p_worker text, p_task_id text, p_reason text, p_actor text)\n'
+    'celery_idem_fail_f07420a71e': (
+        'CREATE OR REPLACE FUNCTION celery_idem_fail_f07420a71e(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_error text, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_id bigint, p_from_state text, p_attempt bigint, p_event text, p_worker text, p_task_id text, p_reason text, p_actor text)\n'
         'RETURNS TABLE (attempt integer) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
+        'IF p_unflushed THEN\n'
+        "    PERFORM set_config('synchronous_commit', 'off', true);\n"
+        'END IF;\n'
         'RETURN QUERY\n'
         'WITH moved AS (\n'
         '    UPDATE celery_idem_job SET state = p_to_state, updated_at = p_now, error = p_v_error::jsonb, finished_at = p_v_finished_at, lease_expires_at = p_v_lease_expires_at\n'

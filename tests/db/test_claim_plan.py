@@ -15,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from celery_idem import states
-from celery_idem.backends import queries
+from celery_idem.backends import queries, routines
 
 pytestmark = pytest.mark.django_db(transaction=True)  # PostgreSQL only: see conftest
 
@@ -70,3 +70,49 @@ def test_claim_probes_the_key_even_when_statistics_say_pending_rows_are_rare():
     assert "celery_idem_job_pkey" in job_indexes, used
     assert job_indexes <= KEY_PROBES | {"celery_idem_job_pkey"}, used
     assert not any(node == "Seq Scan" for node, _ in used), used
+
+
+def test_the_claim_routine_probes_the_key_in_its_cached_plans_too():
+    """The same backlog, claimed through the stored routine (backends/routines.py) nine
+    times: PL/pgSQL plans the first calls for their parameters, then may keep one generic
+    plan for all; every plan, as auto_explain reports it from inside the function,
+    probes the key."""
+    claim = next(r for r in routines.hot() if r.label == "claim")
+    load_finished_jobs(5000)
+    plans: list[dict] = []
+
+    def collect(notice):
+        text = notice.message_primary or ""
+        if "plan:" in text and "celery_idem_job" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1])["Plan"])
+
+    with connection.cursor() as cursor:
+        raw = connection.connection
+        cursor.execute("UPDATE celery_idem_job SET state = 'PENDING', attempt = 0"
+                       " WHERE namespace = 'plan' AND id % 2 = 0")
+        cursor.execute("SELECT key, fingerprint FROM celery_idem_job"
+                       " WHERE state = 'PENDING' ORDER BY id DESC LIMIT 9")
+        pending = cursor.fetchall()
+        # Session settings of this test's connection only (closed below).
+        cursor.execute("LOAD 'auto_explain'")
+        for name, value in [("log_min_duration", "0"), ("log_nested_statements", "on"),
+                            ("log_level", "notice"), ("log_format", "json")]:
+            cursor.execute(f"SET auto_explain.{name} = '{value}'")
+        raw.add_notice_handler(collect)
+        try:
+            for n, (key, fingerprint) in enumerate(pending):
+                now = timezone.now()
+                cursor.execute(claim.call, {
+                    "namespace": "plan", "key": key, "fingerprint": fingerprint,
+                    "worker": "w", "task_id": f"t-{n}", "lease": now + timedelta(hours=1),
+                    "now": now, "from_state": "PENDING", "to_state": "RUNNING"})
+                assert cursor.fetchone()[0] is True  # won
+        finally:
+            raw.remove_notice_handler(collect)
+            connection.close()
+    assert len(plans) == len(pending), plans
+    for plan in plans:
+        used = scans(plan)
+        job_indexes = {index for _, index in used if index}
+        assert job_indexes <= KEY_PROBES | {"celery_idem_job_pkey"}, used
+        assert not any(node == "Seq Scan" for node, _ in used), used

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import connections
 
 from celery_idem import claims
-from celery_idem.backends import get_backend
+from celery_idem.backends import get_backend, routines
 from celery_idem.backends.generic import GenericBackend
 from celery_idem.connection import (
     bookkeeping_connection,
@@ -107,11 +107,19 @@ def _synchronous_commit(wrapper):
 
 
 @pytest.mark.skipif(not on_postgres, reason="the dedicated connection is PostgreSQL's")
-def test_claims_and_commits_do_not_wait_for_the_flush_per_transaction(settings, commit_modes):
+@pytest.mark.parametrize("way", ["routines", "statements"])
+def test_claims_and_commits_do_not_wait_for_the_flush_per_transaction(settings, commit_modes,
+                                                                      monkeypatch, way):
     """On the bookkeeping connection a claim and a commit commit with synchronous_commit
     off, set for their own transaction: the session's setting is the server's, as on
     Django's connection, and an intent's commit keeps it (flushed). The setting turns the
-    unflushed commits off."""
+    unflushed commits off. The same through the stored routines, which set it themselves
+    (backends/routines.py), and through the statements (pipelined: backends/pipeline.py)."""
+    routines.forget()
+    if way == "statements":
+        monkeypatch.setattr(routines, "calls", lambda connection: {})
+    else:
+        assert routines.calls(connections["default"]), "migration 0014 installs them"
     server = _synchronous_commit(connections["default"])
     assert server != "off", "this test needs a server that flushes by default"
     claim(5).succeed(5)

@@ -31,7 +31,9 @@ def test_every_routine_the_backend_calls_is_installed_as_rendered():
 def test_a_routine_is_the_statement_with_typed_parameters():
     claim = next(r for r in routines.hot() if r.label == "claim")
     assert "%(" not in claim.body and "p_namespace" in claim.body
-    assert claim.call.startswith(f"SELECT * FROM {claim.name}(%(namespace)s, %(key)s")
+    assert claim.call.startswith(
+        f"SELECT * FROM {claim.name}(%(unflushed)s, %(namespace)s, %(key)s")
+    assert claim.signature.startswith("p_unflushed boolean, p_namespace text")
     assert "p_lease timestamptz" in claim.signature and "p_attempt" not in claim.signature
     assert routines.statement_of(claim.call.replace("%(namespace)s", "$1")) == claim.statement
     assert routines.statement_of("SELECT 1") == "SELECT 1"
