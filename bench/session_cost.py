@@ -21,7 +21,9 @@ variant's start, so it runs under its settings):
 - ``prepared``: ``CELERY_IDEM_PREPARED_STATEMENTS = True``;
 - ``flushed``: ``CELERY_IDEM_SYNCHRONOUS_COMMIT = True`` (every commit waits for the WAL
   flush: what dropping the unflushed commits would cost);
-- ``prepared+flushed``.
+- ``prepared+flushed``;
+- ``no-routines``: the defaults, with the statements sent themselves instead of calls of
+  the stored routines (backends/routines.py), as on a database before migration 0014.
 
 Per loop: keys per second (wall), this process's CPU µs per key and the server's (every
 PostgreSQL backend connected to the benchmark database, from /proc). Ratios are per round
