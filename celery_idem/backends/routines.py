@@ -114,10 +114,6 @@ class Routine:
                 f"RETURN QUERY\n{self.body};\nEND\n$body$")
 
     @property
-    def drop(self) -> str:
-        return f"DROP FUNCTION IF EXISTS {self.name}"
-
-    @property
     def call(self) -> str:
         args = ", ".join(f"%({p})s" for p in self.params)
         return f"SELECT * FROM {self.name}({args})"
