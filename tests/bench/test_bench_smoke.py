@@ -179,11 +179,13 @@ def test_cpu_profile(bench_env, tmp_path):
 
 
 def test_session_cost(bench_env, tmp_path):
-    """Every variant and loop measured, each with its ratio to the default."""
+    """Every variant and loop measured, each with its ratio to the default and the
+    server's CPU beside this process's."""
     data = run(bench_env, tmp_path, "session_cost.py", "--n", "5", "--rounds", "1")
-    assert set(data["summary"]) == {"default", "prepared", "flushed", "prepared+flushed"}
-    assert all(set(kinds) == {"plain", "atomic"} and all(s["ratio_to_default"] > 0
-                                                       for s in kinds.values())
+    assert set(data["summary"]) == {"default", "no-routines", "prepared", "flushed",
+                                    "prepared+flushed"}
+    assert all(set(kinds) == {"plain", "atomic"} and all(
+        s["ratio_to_default"] > 0 and s["server_cpu_us"] >= 0 for s in kinds.values())
                for kinds in data["summary"].values())
     assert data["summary"]["default"]["plain"]["ratio_to_default"] == 1
 
