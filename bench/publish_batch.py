@@ -152,9 +152,13 @@ def _intent_statements(publish: Callable[[int], None], base: int, connection: An
     with capture(connection) as django_log, \
             (capture(bookkeeping) if bookkeeping is not None else nullcontext()) as book_log:
         publish(base)
+    from celery_idem.backends import routines
+
     queries = django_log.captured_queries + (book_log.captured_queries if book_log else [])
-    return sum("celery_idem_job" in q["sql"] and "INSERT" in q["sql"].upper()
-               for q in queries if not q["sql"].lstrip().upper().startswith(CONTROL))
+    # A call of a stored routine counts as the statement it runs.
+    sqls = [routines.statement_of(q["sql"]) for q in queries]
+    return sum("celery_idem_job" in sql and "INSERT" in sql.upper()
+               for sql in sqls if not sql.lstrip().upper().startswith(CONTROL))
 
 
 if __name__ == "__main__":

@@ -156,6 +156,7 @@ def explain_claim() -> dict[str, Any]:
     from django.db import connection
 
     from celery_idem import claims
+    from celery_idem.backends import routines
     from django_app.effects import bench_tasks as t
 
     key = f"explain-{uuid.uuid4().hex[:8]}"
@@ -171,6 +172,9 @@ def explain_claim() -> dict[str, Any]:
         claims.acquire(intent, worker="bench/1", task_id="explain", lease_seconds=3600,
                        using="default")
     sql, params = seen[0]
+    # A stored routine's body (backends/routines.py): EXPLAIN sees into a statement, not
+    # into a function call.
+    sql = routines.statement_of(sql)
     # the key is claimed now; EXPLAIN ANALYZE a claim of another fresh key, rolled back
     key2 = f"explain-{uuid.uuid4().hex[:8]}"
     t.bench_idem.apply_async((key2,), queue=os.environ["IDEM_QUEUE"])

@@ -103,7 +103,7 @@ def test_the_claim_routine_probes_the_key_in_its_cached_plans_too():
             for n, (key, fingerprint) in enumerate(pending):
                 now = timezone.now()
                 cursor.execute(claim.call, {
-                    "namespace": "plan", "key": key, "fingerprint": fingerprint,
+                    "unflushed": False, "namespace": "plan", "key": key, "fingerprint": fingerprint,
                     "worker": "w", "task_id": f"t-{n}", "lease": now + timedelta(hours=1),
                     "now": now, "from_state": "PENDING", "to_state": "RUNNING"})
                 assert cursor.fetchone()[0] is True  # won
