@@ -149,11 +149,11 @@ def _intent_statements(publish: Callable[[int], None], base: int, connection: An
                        bookkeeping: Any, capture: Any) -> int:
     """Statements that write intents while ``publish(base)`` runs, on both connections
     (``bookkeeping`` None: there is none, MariaDB)."""
+    from celery_idem.backends import routines
+
     with capture(connection) as django_log, \
             (capture(bookkeeping) if bookkeeping is not None else nullcontext()) as book_log:
         publish(base)
-    from celery_idem.backends import routines
-
     queries = django_log.captured_queries + (book_log.captured_queries if book_log else [])
     # A call of a stored routine counts as the statement it runs.
     sqls = [routines.statement_of(q["sql"]) for q in queries]

@@ -41,6 +41,7 @@ import sys
 import time
 import uuid
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +74,10 @@ def apply(variant: str) -> None:
     from celery_idem import connection as bookkeeping
     from celery_idem.backends import routines
 
+    library_calls = _library_calls()  # before any variant replaces it
     routines.forget()
-    _ROUTINE_CALLS.setdefault("calls", routines.calls)
     routines.calls = (_no_routines if variant == "no-routines"  # type: ignore[assignment]
-                      else _ROUTINE_CALLS["calls"])
+                      else library_calls)
     for name, value in VARIANTS[variant].items():
         setattr(settings, f"CELERY_IDEM_{name}", value)
         setting_changed.send(sender=None, setting=f"CELERY_IDEM_{name}", value=value,
@@ -85,8 +86,12 @@ def apply(variant: str) -> None:
     bookkeeping.close_bookkeeping_connections()
 
 
-#: The library's ``routines.calls``, while a variant replaces it.
-_ROUTINE_CALLS: dict[str, Any] = {}
+@cache
+def _library_calls() -> Any:
+    """The library's ``routines.calls``, kept from the first variant on."""
+    from celery_idem.backends import routines
+
+    return routines.calls
 
 
 def _no_routines(connection: Any) -> dict[str, str]:

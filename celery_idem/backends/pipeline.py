@@ -71,12 +71,12 @@ def execute_and_commit(connection: Any, sql: str, params: dict[str, Any]) -> Non
 
 
 def fetch_unflushed(connection: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Run ``sql`` on ``connection`` (autocommit, a DatabaseWrapper) and return its rows;
-    its commit does not wait for the WAL flush. Where pipeline mode is missing (psycopg 2,
-    an old libpq) or a transaction is open, the statement runs alone, its commit flushed."""
+    """Run ``sql`` on ``connection`` (a DatabaseWrapper in autocommit: the caller checks)
+    and return its rows; its commit does not wait for the WAL flush. Where pipeline mode is
+    missing (psycopg 2, an old libpq), the statement runs alone, its commit flushed."""
     with connection.wrap_database_errors, prepared.cursor(connection) as cursor:
         raw = connection.connection
-        if not _supported() or not connection.get_autocommit():
+        if not _supported():
             cursor.execute(sql, params)
             return list(cursor.fetchall())
         with raw.pipeline():

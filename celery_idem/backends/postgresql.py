@@ -142,6 +142,8 @@ class PostgreSQLBackend(Backend):
         (CELERY_IDEM_SYNCHRONOUS_COMMIT off), unless ``flush``: transaction-scoped,
         nothing stays on the session (set in the routine, or pipeline.fetch_unflushed)."""
         connection = self._connection()
+        # Only a statement that is its own transaction: in an open one, the setting would
+        # reach that transaction's commit.
         unflushed = (self.dedicated and not flush and not idem_settings.SYNCHRONOUS_COMMIT
                      and connection.get_autocommit())
         call = routines.call_or(connection, sql, params, unflushed)

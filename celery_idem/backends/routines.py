@@ -57,10 +57,8 @@ _PARAM_TYPES = {"unflushed": "boolean", "attempt": "bigint", "parent": "bigint",
                                  "sent_at"], "timestamptz")}
 #: Django field types as function parameter and result types (no length: a varchar of
 #: any length passes).
-_FIELD_TYPES = {"BigAutoField": "bigint", "BigIntegerField": "bigint", "ForeignKey": "bigint",
-                "IntegerField": "integer", "PositiveIntegerField": "integer",
-                "CharField": "varchar", "TextField": "text", "JSONField": "jsonb",
-                "DateTimeField": "timestamptz", "BooleanField": "boolean"}
+_FIELD_TYPES = {"BigAutoField": "bigint", "PositiveIntegerField": "integer",
+                "CharField": "varchar", "JSONField": "jsonb", "DateTimeField": "timestamptz"}
 
 
 def _column_type(column: str) -> str:
