@@ -95,6 +95,26 @@ class TestClaim:
         assert events() == []
 
 
+    def test_a_claim_read_back_as_another_claims_has_lost(self, backend, backend_kind,
+                                                         make_intent, monkeypatch):
+        """The portable backend's claim is an UPDATE, then a read of the attempt it
+        took; outside a transaction another claim can get in between (here: an operator
+        hands the row to another task's claim), and this one then reports it lost."""
+        if backend_kind != "generic":
+            pytest.skip("the native claim returns its own row (one statement)")
+        write_intent(make_intent(), "task-1")
+        read = type(backend)._row
+
+        def taken_over_first(self, **lookup):
+            Job.objects.filter(key="k1").update(task_id="task-2", attempt=2)
+            return read(self, **lookup)
+
+        monkeypatch.setattr(type(backend), "_row", taken_over_first)
+        outcome, claim = acquire(make_intent())
+        assert not outcome.won and claim is None
+        assert outcome.row.task_id == "task-2"
+
+
 class TestCommitAndFencing:
     def test_commit_stores_the_result_under_its_attempt(self, backend, make_intent):
         """Success: SUCCEEDED with the result, lease cleared, finished time set."""
