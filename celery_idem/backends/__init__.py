@@ -22,7 +22,8 @@ _override: list[Backend] = []
 
 
 def get_backend(alias: str, dedicated: bool = False) -> Backend:
-    """The backend for ``alias``: one-statement SQL on PostgreSQL, the ORM elsewhere.
+    """The backend for ``alias``: one-statement SQL on PostgreSQL, the ORM with named
+    queries for the claim and commit on MySQL/MariaDB, the ORM elsewhere.
 
     ``dedicated``: on PostgreSQL, run on the process's own bookkeeping connection
     (``celery_idem.connection``) instead of Django's; only for autocommitted writes that
@@ -40,6 +41,10 @@ def _native(alias: str, dedicated: bool) -> Backend:
         from .postgresql import PostgreSQLBackend
 
         return PostgreSQLBackend(alias, dedicated)
+    if connections[alias].vendor == "mysql":
+        from .mysql import MySQLBackend
+
+        return MySQLBackend(alias)
     from .generic import GenericBackend
 
     return GenericBackend(alias)

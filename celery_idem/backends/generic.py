@@ -32,6 +32,7 @@ from .values import (
     ClaimOutcome,
     Intent,
     JobRow,
+    holds,
 )
 
 
@@ -147,9 +148,7 @@ class GenericBackend(Backend):
             # has committed, so the row is read as this claim left it unless another
             # claim took it over in between: then this one lost.
             row = self._row(**key)
-            if matched and row is not None and row.state is State.RUNNING \
-                    and row.task_id == claimant.task_id \
-                    and row.lease_expires_at == claimant.lease_expires_at:
+            if matched and row is not None and holds(row, claimant):
                 if move.recorded:
                     line = Change(row.id, move.event, source, worker=claimant.worker,
                                   task_id=claimant.task_id, reason=reason)

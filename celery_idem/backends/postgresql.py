@@ -37,12 +37,11 @@ from .values import (
     DUPLICATE,
     DUPLICATE_REASON,
     JSON_COLUMNS,
-    ROW_COLUMNS,
     Change,
     Claimant,
     ClaimOutcome,
     Intent,
-    JobRow,
+    row_from_tuple,
 )
 
 
@@ -57,28 +56,6 @@ def _iso(value: datetime | None) -> str | None:
 def _param(column: str, value: Any) -> Any:
     """A value for a job column as the driver should send it (JSON columns as text)."""
     return _json(value) if column in JSON_COLUMNS else value
-
-
-#: Where ROW_COLUMNS has a JSON column: ``_row`` parses those by position (a set
-#: intersection and two dict copies per returned row cost more than the parse).
-_JSON_AT = tuple(i for i, col in enumerate(ROW_COLUMNS) if col in JSON_COLUMNS)
-_STATE_AT = ROW_COLUMNS.index("state")
-#: State by value: a dict lookup, where ``State(value)`` goes through Enum's machinery.
-_STATES = {state.value: state for state in State}
-
-
-def _row(values: tuple[Any, ...]) -> JobRow:
-    if len(values) != len(ROW_COLUMNS):
-        raise ValueError(f"a job row has {len(ROW_COLUMNS)} columns, not {len(values)}")
-    row = list(values)
-    # Django registers a text loader for jsonb (JSONField parses in Python), so raw
-    # cursors get JSON text back.
-    for i in _JSON_AT:
-        if isinstance(row[i], str):
-            row[i] = json.loads(row[i])
-    # As JobRow.from_values, without its copy (an unknown value still raises there).
-    row[_STATE_AT] = _STATES.get(row[_STATE_AT]) or State(row[_STATE_AT])
-    return JobRow(**dict(zip(ROW_COLUMNS, row, strict=True)))
 
 
 def _move_params(change: Change, move: Move, now: datetime) -> dict[str, Any]:
@@ -97,7 +74,7 @@ def _outcome(rows: list[tuple[Any, ...]]) -> ClaimOutcome:
     if not rows:
         return ClaimOutcome(False, None)
     won, recorded, *values = rows[0]
-    return ClaimOutcome(bool(won), _row(tuple(values)), bool(recorded))
+    return ClaimOutcome(bool(won), row_from_tuple(values), bool(recorded))
 
 
 class PostgreSQLBackend(Backend):
@@ -185,7 +162,7 @@ class PostgreSQLBackend(Backend):
             "to_state": move.target.value, "event": move.event, "from_state": None,
             "now": now,
         }, flush=True)  # as ``_insert``: the messages are about to leave
-        return {(namespace, key): ClaimOutcome(bool(won), _row(tuple(row)))
+        return {(namespace, key): ClaimOutcome(bool(won), row_from_tuple(row))
                 for won, _, namespace, key, *row in rows}
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,

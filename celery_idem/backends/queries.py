@@ -32,7 +32,7 @@ def load_queries(path: Path) -> dict[str, str]:
             queries[name] += line + "\n"
     tables = {"job": Job._meta.db_table, "history": Transition._meta.db_table,
               "checkpoint": Checkpoint._meta.db_table, "row": ", ".join(ROW_COLUMNS)}
-    history_insert = queries["history_insert"].strip().format(**tables)
+    history_insert = queries.get("history_insert", "").strip().format(**tables)
     return {name: text.strip().replace("{history_insert}", history_insert)
             .replace("{job}", tables["job"]).replace("{history}", tables["history"])
             .replace("{row}", tables["row"]).replace("{checkpoint}", tables["checkpoint"])
@@ -42,11 +42,16 @@ def load_queries(path: Path) -> dict[str, str]:
 QUERIES = load_queries(Path(__file__).with_name("postgresql.sql"))
 
 
-def _guard(guard: Guard) -> str:
-    """A move's guard flags as SQL, from the guard_* fragments; ``true`` for none."""
-    parts = [QUERIES[f"guard_{flag.name.lower()}"] for flag in Guard
+def render_guard(guard: Guard, queries: dict[str, str]) -> str:
+    """A move's guard flags as SQL, from the guard_* fragments of ``queries``; ``true``
+    for none."""
+    parts = [queries[f"guard_{flag.name.lower()}"] for flag in Guard
              if flag and flag.name and flag in guard]
     return " AND ".join(parts) or "true"
+
+
+def _guard(guard: Guard) -> str:
+    return render_guard(guard, QUERIES)
 
 
 def _sets(columns: tuple[str, ...], source: str = "%(v_{c})s") -> str:

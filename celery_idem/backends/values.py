@@ -3,6 +3,7 @@ table (``check_change``). Pure data: no database access here."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -72,6 +73,33 @@ class JobRow:
 #: Columns of JobRow, in order, for SELECT lists.
 ROW_COLUMNS = ("id", "state", "attempt", "fingerprint", "task_id", "lease_expires_at",
                "not_before", "result", "error", "args", "kwargs")
+#: Where ROW_COLUMNS has a JSON column: ``row_from_tuple`` parses those by position (a
+#: set intersection and two dict copies per returned row cost more than the parse).
+_JSON_AT = tuple(i for i, col in enumerate(ROW_COLUMNS) if col in JSON_COLUMNS)
+_STATE_AT = ROW_COLUMNS.index("state")
+#: State by value: a dict lookup, where ``State(value)`` goes through Enum's machinery.
+_STATES = {state.value: state for state in State}
+
+
+def row_from_tuple(values: tuple[Any, ...] | list[Any]) -> JobRow:
+    """A JobRow from a raw cursor's ROW_COLUMNS, whose JSON columns come back as text
+    (the SQL backends' statements: Django parses JSONField in Python, not the driver)."""
+    if len(values) != len(ROW_COLUMNS):
+        raise ValueError(f"a job row has {len(ROW_COLUMNS)} columns, not {len(values)}")
+    row = list(values)
+    for i in _JSON_AT:
+        if isinstance(row[i], (str, bytes)):
+            row[i] = json.loads(row[i])
+    # As JobRow.from_values, without its copy (an unknown value still raises there).
+    row[_STATE_AT] = _STATES.get(row[_STATE_AT]) or State(row[_STATE_AT])
+    return JobRow(**dict(zip(ROW_COLUMNS, row, strict=True)))
+
+
+def holds(row: JobRow | None, claimant: Claimant) -> bool:
+    """Whether ``row`` is as ``claimant``'s claim left it: a claim read back after its
+    UPDATE committed (no UPDATE ... RETURNING) lost if another claim got in between."""
+    return (row is not None and row.state is State.RUNNING and row.task_id == claimant.task_id
+            and row.lease_expires_at == claimant.lease_expires_at)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Database tests run on the tier's database (SQLite, PostgreSQL or MariaDB) and, on
-PostgreSQL, against both the native SQL backend and the portable ORM fallback (the only
-backend elsewhere)."""
+PostgreSQL and MariaDB, against both the database's own backend (``native``: named
+queries) and the portable ORM fallback (the only backend on SQLite)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ collect_ignore = POSTGRES_ONLY if settings.DATABASE_KIND != "postgres" else []
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend_kind" in metafunc.fixturenames:
-        kinds = ["native", "generic"] if settings.DATABASE_KIND == "postgres" else ["generic"]
+        kinds = ["generic"] if settings.DATABASE_KIND == "sqlite" else ["native", "generic"]
         metafunc.parametrize("backend_kind", kinds)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from freezegun import freeze_time
 
@@ -100,8 +100,8 @@ class TestClaim:
         """The portable backend's claim is an UPDATE, then a read of the attempt it
         took; outside a transaction another claim can get in between (here: an operator
         hands the row to another task's claim), and this one then reports it lost."""
-        if backend_kind != "generic":
-            pytest.skip("the native claim returns its own row (one statement)")
+        if connection.vendor == "postgresql" and backend_kind == "native":
+            pytest.skip("PostgreSQL's claim returns its own row (one statement)")
         write_intent(make_intent(), "task-1")
         read = type(backend)._row
 

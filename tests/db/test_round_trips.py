@@ -25,8 +25,10 @@ from tests.pgtrace import round_trips
 pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Statements per path: (publish, fresh run, replay), per backend. The PostgreSQL
-#: budget is at most 3 for a fresh run and 2 for a replay; it spends 2 and 1.
-EXPECTED = {"native": (1, 2, 1), "generic": (1, 3, 2)}
+#: budget is at most 3 for a fresh run and 2 for a replay; it spends 2 and 1. MySQL's
+#: own backend has no UPDATE ... RETURNING: the portable backend's statements.
+EXPECTED = {"PostgreSQLBackend": (1, 2, 1), "MySQLBackend": (1, 3, 2),
+            "GenericBackend": (1, 3, 2)}
 #: Transaction control, which Django logs too; atomic=True adds BEGIN/COMMIT around the
 #: body, which a body writing to the database needs anyway.
 CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
@@ -69,7 +71,7 @@ def count(fn):
 @pytest.mark.parametrize("task", [echo, atomic_echo], ids=["default", "atomic"])
 def test_statements_per_path(backend, backend_kind, task):
     """Publish, a fresh claim-to-commit, and a replay each cost their pinned count."""
-    publish, fresh, replay = EXPECTED[backend_kind]
+    publish, fresh, replay = EXPECTED[type(backend).__name__]
     key = task.intent((1,)).key
     assert count(lambda: task.apply_async(args=(1,))) == publish
     assert count(lambda: task.apply(args=(1,), headers={HEADER: key}).get()) == fresh
@@ -88,7 +90,7 @@ def test_the_intent_rides_the_callers_transaction_or_the_bookkeeping_connection(
         outside = statements(lambda: echo.apply_async(args=(2,)))
         with transaction.atomic():
             inside = statements(lambda: echo.apply_async(args=(3,)))
-    if backend_kind == "native":
+    if backend_kind == "native" and connection.vendor == "postgresql":
         assert (len(outside["django"]), len(outside["bookkeeping"])) == (0, 1)
         assert (len(inside["django"]), len(inside["bookkeeping"])) == (1, 0)
     else:

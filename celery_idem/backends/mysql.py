@@ -1,0 +1,114 @@
+"""The MySQL/MariaDB backend: the portable backend, with the hot path's claim and commit
+as named queries (``mysql.sql`` beside this module) instead of ORM queries.
+
+Why: MySQL has no ``UPDATE ... RETURNING``, so the statements are the portable
+backend's (a claim is its conditional UPDATE and a read of the attempt it took, a commit
+one UPDATE), but building and compiling an ORM query costs the worker more CPU than the
+statement's round trip. The text is rendered once per move from the move table, as on
+PostgreSQL (``queries.render_guard``), and runs on Django's cursor, so its error
+translation and query log see it. The read of a key's row (after a claim, or an intent
+that found the key) is one too. Moves that record history, intents, batches, steps and
+the other reads are the portable backend's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+
+from .. import states
+from ..models import Job
+from ..states import Move, State
+from .generic import GenericBackend
+from .queries import load_queries, render_guard
+from .values import (
+    DUPLICATE,
+    ROW_COLUMNS,
+    Change,
+    Claimant,
+    ClaimOutcome,
+    Intent,
+    JobRow,
+    holds,
+    row_from_tuple,
+)
+
+QUERIES = load_queries(Path(__file__).with_name("mysql.sql"))
+#: The row's datetime columns, by position.
+_DATETIMES_AT = tuple(i for i, column in enumerate(ROW_COLUMNS)
+                      if Job._meta.get_field(column).get_internal_type() == "DateTimeField")
+
+
+@cache
+def claim_sql(event: str) -> str:
+    return QUERIES["claim"].replace("{guard}", render_guard(states.move(event).guard, QUERIES))
+
+
+@cache
+def move_sql(event: str, columns: tuple[str, ...]) -> str:
+    sets = "".join(f", {column} = %(v_{column})s" for column in columns)
+    return (QUERIES["move"].replace("{sets}", sets)
+            .replace("{guard}", render_guard(states.move(event).guard, QUERIES)))
+
+
+class MySQLBackend(GenericBackend):
+    """Backend for MySQL/MariaDB: see the module docstring."""
+
+    def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
+               reason: str) -> ClaimOutcome:
+        if move.recorded or states.move(DUPLICATE).recorded:
+            return super()._claim(move, source, intent, claimant, reason)
+        connection = connections[self.alias]
+        adapt = connection.ops.adapt_datetimefield_value
+        params = {"namespace": intent.namespace, "key": intent.key, "source": source.value,
+                  "running": State.RUNNING.value, "fingerprint": intent.fingerprint,
+                  "worker": claimant.worker, "task_id": claimant.task_id,
+                  "lease_expires_at": adapt(claimant.lease_expires_at),
+                  "now": adapt(claimant.now)}
+        # In the caller's transaction, or each statement its own (as in the portable
+        # backend: ``holds`` then checks the row read back is still this claim's).
+        with connection.cursor() as cursor:
+            cursor.execute(claim_sql(move.event), params)
+            matched = cursor.rowcount
+        row = self._row(namespace=intent.namespace, key=intent.key)
+        return ClaimOutcome(bool(matched) and holds(row, claimant), row)
+
+    def _row(self, **lookup: Any) -> JobRow | None:
+        if lookup.keys() != {"namespace", "key"}:
+            return super()._row(**lookup)
+        connection = connections[self.alias]
+        with connection.cursor() as cursor:
+            cursor.execute(QUERIES["row"], lookup)
+            found = cursor.fetchone()
+        if found is None:
+            return None
+        values = list(found)
+        if settings.USE_TZ:  # the driver returns them naive, in the connection's zone
+            convert = connection.ops.convert_datetimefield_value
+            for i in _DATETIMES_AT:
+                values[i] = convert(values[i], None, connection)
+        return row_from_tuple(values)
+
+    def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
+        if move.recorded or (move.target is None and not change.values):
+            return super()._apply(change, move, now)
+        connection = connections[self.alias]
+        params = {"id": change.job_id, "to_state": change.to_state.value,
+                  "from_state": None if change.from_state is None else change.from_state.value,
+                  "attempt": change.attempt, "fingerprint": change.fingerprint,
+                  "dispatch_count": change.dispatch_count, "task_id": change.task_id,
+                  "now": connection.ops.adapt_datetimefield_value(now),
+                  # As the ORM would send each value (JSON as text, datetimes adapted).
+                  **{f"v_{column}": Job._meta.get_field(column).get_db_prep_save(
+                      value, connection) for column, value in change.values.items()}}
+        attempt = change.attempt  # every move that writes the row is fenced
+        assert attempt is not None
+        with connection.cursor() as cursor:
+            cursor.execute(move_sql(change.event, tuple(change.values)), params)
+            matched = cursor.rowcount
+        return attempt if matched else None

@@ -1,0 +1,35 @@
+-- The MySQL/MariaDB backend's statements (backends/mysql.py): the hot path's moves that
+-- record no history, written out instead of built by the ORM on every call. Named
+-- queries as in postgresql.sql: {job} and {row} are filled in once, {guard} and {sets}
+-- per move from the move table (celery_idem.states). MySQL has no UPDATE ... RETURNING,
+-- so a claim is its UPDATE and then `row`, the attempt it took read back. `key` is a
+-- reserved word here.
+
+-- name: guard_fenced
+attempt = %(attempt)s
+
+-- name: guard_same_arguments
+fingerprint = %(fingerprint)s
+
+-- name: guard_claimable
+(not_before IS NULL OR not_before <= %(now)s OR task_id = %(task_id)s)
+
+-- name: guard_lease_expired
+lease_expires_at < %(now)s
+
+-- name: guard_same_dispatch
+dispatch_count = %(dispatch_count)s
+
+-- name: claim
+UPDATE {job}
+SET state = %(running)s, attempt = attempt + 1, worker = %(worker)s, task_id = %(task_id)s,
+    lease_expires_at = %(lease_expires_at)s, not_before = NULL, started_at = %(now)s,
+    updated_at = %(now)s
+WHERE `key` = %(key)s AND namespace = %(namespace)s AND state = %(source)s AND {guard}
+
+-- name: row
+SELECT {row} FROM {job} WHERE `key` = %(key)s AND namespace = %(namespace)s
+
+-- name: move
+UPDATE {job} SET state = %(to_state)s, updated_at = %(now)s{sets}
+WHERE id = %(id)s AND state = %(from_state)s AND {guard}
