@@ -1,25 +1,27 @@
-"""The MySQL/MariaDB backend: the portable backend, with the hot path's claim and commit
-as named queries (``mysql.sql`` beside this module) instead of ORM queries.
+"""The MySQL/MariaDB backend: the portable backend, with the hot path's intent, claim
+and commit as named queries (``mysql.sql`` beside this module) instead of ORM queries.
 
 Why: MySQL has no ``UPDATE ... RETURNING``, so the statements are the portable
 backend's (a claim is its conditional UPDATE and a read of the attempt it took, a commit
 one UPDATE), but building and compiling an ORM query costs the worker more CPU than the
 statement's round trip. The text is rendered once per move from the move table, as on
 PostgreSQL (``queries.render_guard``), and runs on Django's cursor, so its error
-translation and query log see it. The read of a key's row (after a claim, or an intent
-that found the key) is one too. Moves that record history, intents, batches, steps and
-the other reads are the portable backend's.
+translation and query log see it. An intent outside a transaction, and the read of a
+key's row (after a claim, or an intent that found the key), are named queries too.
+Moves that record history, an intent in the caller's transaction (its savepoint),
+batches, steps and the other reads are the portable backend's.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import IntegrityError, connections
 
 from .. import states
 from ..models import Job
@@ -56,8 +58,45 @@ def move_sql(event: str, columns: tuple[str, ...]) -> str:
             .replace("{guard}", render_guard(states.move(event).guard, QUERIES)))
 
 
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
 class MySQLBackend(GenericBackend):
     """Backend for MySQL/MariaDB: see the module docstring."""
+
+    def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
+                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
+        connection = connections[self.alias]
+        if move.recorded or not connection.get_autocommit():
+            # A history line, or the caller's transaction (a savepoint for the conflict).
+            return super()._insert(move, intent, now, task_id=task_id, claimant=claimant,
+                                   reason=reason)
+        assert move.target is not None
+        adapt = connection.ops.adapt_datetimefield_value
+        lease = None if claimant is None else claimant.lease_expires_at
+        attempt = 0 if claimant is None else 1
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(QUERIES["insert"], {
+                    "namespace": intent.namespace, "key": intent.key,
+                    "task_name": intent.task_name, "fingerprint": intent.fingerprint,
+                    "args": _json(intent.args), "kwargs": _json(intent.kwargs),
+                    "options": _json(intent.options), "message": _json(intent.message),
+                    "to_state": move.target.value, "attempt": attempt,
+                    "worker": "" if claimant is None else claimant.worker,
+                    "task_id": task_id, "lease_expires_at": adapt(lease), "now": adapt(now),
+                    "started_at": None if claimant is None else adapt(now),
+                    "parent": intent.parent_id, "not_before": adapt(intent.not_before),
+                    "expires_at": adapt(intent.expires_at),
+                    "sent_at": adapt(now) if intent.sent else None,
+                })
+                job_id = cursor.lastrowid
+        except IntegrityError:  # the key exists: its own statement failed, nothing else
+            return ClaimOutcome(False, self._row(namespace=intent.namespace, key=intent.key))
+        return ClaimOutcome(True, JobRow(
+            job_id, move.target, attempt, intent.fingerprint, task_id, lease,
+            intent.not_before, None, None, intent.args, intent.kwargs))
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
                reason: str) -> ClaimOutcome:

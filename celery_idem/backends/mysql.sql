@@ -20,6 +20,18 @@ lease_expires_at < %(now)s
 -- name: guard_same_dispatch
 dispatch_count = %(dispatch_count)s
 
+-- name: insert
+-- The intent (PENDING), or a claim whose intent is missing (RUNNING, attempt 1); a key
+-- that exists fails it on the unique key, and the row is read with `row`.
+INSERT INTO {job} (namespace, `key`, task_name, args, kwargs, fingerprint, options, state,
+                   attempt, worker, task_id, lease_expires_at, dispatch_count,
+                   created_at, started_at, updated_at, parent_id, message, not_before,
+                   expires_at, sent_at)
+VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s, %(kwargs)s, %(fingerprint)s,
+        %(options)s, %(to_state)s, %(attempt)s, %(worker)s, %(task_id)s,
+        %(lease_expires_at)s, 0, %(now)s, %(started_at)s, %(now)s, %(parent)s,
+        %(message)s, %(not_before)s, %(expires_at)s, %(sent_at)s)
+
 -- name: claim
 UPDATE {job}
 SET state = %(running)s, attempt = attempt + 1, worker = %(worker)s, task_id = %(task_id)s,

@@ -34,8 +34,10 @@ class Fault:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-#: How often a fault looks for its target (each look waits up to 10 s for a busy child).
+#: How often a fault looks for its target (each look waits up to 10 s for a busy child),
+#: at its moment in the plan and, if it never struck there, once more after the plan.
 TRIES = 3
+LATE_TRIES = 12
 
 
 def schedule(rng: random.Random, duration: float, redis: bool) -> list[tuple[float, str]]:
@@ -76,21 +78,30 @@ class Injector(threading.Thread):
         for offset, kind in self.plan:
             if self.stopping.wait(max(0.0, start + offset - time.monotonic())):
                 return
-            try:
-                # A fault whose target is not there (no busy child within the pick's
-                # wait, on a slow machine) tries again: every kind must strike once.
-                fault = None
-                for _ in range(TRIES):
-                    fault = getattr(self, kind)()
-                    if fault is not None or self.stopping.is_set():
-                        break
-            except Exception as exc:  # reported and failed by the checks, never hidden
-                self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
-                continue
-            if fault is None:
-                self.skipped.append(kind)
-            else:
-                self.faults.append(fault)
+            self._strike(kind, TRIES)
+        # A kind that found no target at any of its moments (every child idle, e.g. while
+        # the workers reconnect after a broker restart and recovery has yet to re-send
+        # what they dropped) tries again after the plan: every kind must strike once.
+        for kind in sorted(set(self.skipped) - {fault.kind for fault in self.faults}):
+            if not self.stopping.is_set():
+                self._strike(kind, LATE_TRIES)
+
+    def _strike(self, kind: str, tries: int) -> None:
+        try:
+            # A fault whose target is not there (no busy child within the pick's wait,
+            # on a slow machine) tries again.
+            fault = None
+            for _ in range(tries):
+                fault = getattr(self, kind)()
+                if fault is not None or self.stopping.is_set():
+                    break
+        except Exception as exc:  # reported and failed by the checks, never hidden
+            self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+            return
+        if fault is None:
+            self.skipped.append(kind)
+        else:
+            self.faults.append(fault)
 
     # -- targets ---------------------------------------------------------------------
 

@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     for problem in injector.errors:
         print(f"FAILED a fault could not be injected: {problem}")
     if injector.skipped:
-        print(f"skipped (no busy child at that moment): {dict(Counter(injector.skipped))}")
+        print(f"skipped (no busy child at that moment; tried again after the plan): "
+              f"{dict(Counter(injector.skipped))}")
     for fault in injector.faults:
         print(f"fault at +{fault.at - wall_start:.1f}s: {fault.kind} {fault.detail}")
     for line in log[:5]:

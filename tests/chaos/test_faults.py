@@ -1,0 +1,39 @@
+"""The chaos suite's fault plan: every kind of fault must strike once, so one that found
+no target at its moments tries again after the plan (tests/chaos/faults.py)."""
+
+from __future__ import annotations
+
+import random
+
+from tests.chaos import faults
+from tests.chaos.faults import Fault, Injector
+
+
+class IdleFleet(Injector):
+    """An injector whose zombie finds no busy child for its first ``idle`` looks (every
+    worker idle), then one; nothing else is touched."""
+
+    def __init__(self, idle: int) -> None:
+        super().__init__([(0.0, "zombie")], random.Random(1), None, None, None, None,  # type: ignore[arg-type]
+                         1.0, "q", lambda: [])
+        self.idle = idle
+        self.looks = 0
+
+    def zombie(self) -> Fault | None:
+        self.looks += 1
+        return None if self.looks <= self.idle else Fault("zombie", 0.0, [self.looks])
+
+
+def test_a_fault_with_no_target_at_its_moment_strikes_after_the_plan():
+    injector = IdleFleet(idle=faults.TRIES)
+    injector.run()
+    assert [f.kind for f in injector.faults] == ["zombie"]
+    assert injector.skipped == ["zombie"]  # reported as skipped at its moment
+    assert injector.looks == faults.TRIES + 1
+
+
+def test_a_fault_that_never_finds_a_target_is_left_missing():
+    injector = IdleFleet(idle=faults.TRIES + faults.LATE_TRIES)
+    injector.run()
+    assert injector.faults == []
+    assert injector.looks == faults.TRIES + faults.LATE_TRIES
