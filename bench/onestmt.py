@@ -37,8 +37,7 @@ from django.utils import timezone
 
 from celery_idem import IdempotentTask
 from celery_idem.backends import ClaimOutcome, JobRow, prepared
-from celery_idem.backends.postgresql import _row
-from celery_idem.backends.values import ROW_COLUMNS
+from celery_idem.backends.values import ROW_COLUMNS, row_from_tuple
 from celery_idem.conf import settings
 from celery_idem.errors import PersistenceError
 from celery_idem.job_transaction import atomic_alias, job_transaction
@@ -102,7 +101,7 @@ def _fetch(using: str, sql: str, params: dict[str, Any]) -> tuple[bool, JobRow |
     if not rows:
         return False, None
     won, *values = rows[0]
-    return bool(won), _row(tuple(values))
+    return bool(won), row_from_tuple(values)
 
 
 def conflict(exc: BaseException) -> bool:
