@@ -92,10 +92,11 @@ TIERS = [
          {**POSTGRES, "IDEM_BROKER": RABBITMQ, "IDEM_RESULTS": f"{REDIS}/1"},
          ("postgres", "rabbitmq", "redis"), markers="pools or delivery or not worker"),
     Tier("mariadb+redis", "MariaDB (Django's mysql backend, mysqlclient) + Redis: the "
-         "portable backend, its migrations, the admin (in a browser too), the worker tests "
-         "of duplicates, crashes, recovery, the outbox, batches and the stored message (the "
-         "worker tests that run the same code on every stack with --full), the chaos suite "
-         "small on a mariadbd of its own (Debian's mariadb-server binaries)",
+         "MySQL backend and the portable one, the migrations, the admin (in a browser too), "
+         "the worker tests of duplicates, crashes, recovery, the outbox, batches and the "
+         "stored message (the worker tests that run the same code on every stack with "
+         "--full), the chaos suite small on a mariadbd of its own (Debian's mariadb-server "
+         "binaries)",
          ("tests/db", "tests/browser", *STACK_WORKER_TESTS, "tests/chaos"),
          {**MARIADB, "IDEM_MYSQL_DRIVER": "mysqlclient", "IDEM_BROKER": f"{REDIS}/0",
           "IDEM_RESULTS": f"{REDIS}/1"}, ("mariadb", "redis"),
