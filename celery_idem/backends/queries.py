@@ -1,4 +1,5 @@
-"""The PostgreSQL backend's statements: the named queries of ``postgresql.sql``, with
+"""The named queries of the SQL backends (``load_queries``, ``render_guard``: MySQL's
+``mysql.sql`` too) and the PostgreSQL backend's statements: those of ``postgresql.sql``, with
 the parts a move decides (its guard, the columns it sets, whether it records) filled in
 from the move table (``celery_idem.states``). Rendered once per move and cached: the same
 text each time, so it is prepared once per session where prepared statements are asked
