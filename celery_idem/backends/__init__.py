@@ -22,8 +22,8 @@ _override: list[Backend] = []
 
 
 def get_backend(alias: str, dedicated: bool = False) -> Backend:
-    """The backend for ``alias``: one-statement SQL on PostgreSQL, the ORM with named
-    queries for the claim and commit on MySQL/MariaDB, the ORM elsewhere.
+    """The backend for ``alias``: one-statement SQL on PostgreSQL; on MySQL/MariaDB the
+    ORM with named queries for the intent, claim, commit and row read; the ORM elsewhere.
 
     ``dedicated``: on PostgreSQL, run on the process's own bookkeeping connection
     (``celery_idem.connection``) instead of Django's; only for autocommitted writes that

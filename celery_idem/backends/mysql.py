@@ -14,7 +14,6 @@ batches, steps and the other reads are the portable backend's.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -37,6 +36,7 @@ from .values import (
     Intent,
     JobRow,
     holds,
+    json_text,
     row_from_tuple,
 )
 
@@ -58,10 +58,6 @@ def move_sql(event: str, columns: tuple[str, ...]) -> str:
             .replace("{guard}", render_guard(states.move(event).guard, QUERIES)))
 
 
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
 class MySQLBackend(GenericBackend):
     """Backend for MySQL/MariaDB: see the module docstring."""
 
@@ -81,8 +77,8 @@ class MySQLBackend(GenericBackend):
                 cursor.execute(QUERIES["insert"], {
                     "namespace": intent.namespace, "key": intent.key,
                     "task_name": intent.task_name, "fingerprint": intent.fingerprint,
-                    "args": _json(intent.args), "kwargs": _json(intent.kwargs),
-                    "options": _json(intent.options), "message": _json(intent.message),
+                    "args": json_text(intent.args), "kwargs": json_text(intent.kwargs),
+                    "options": json_text(intent.options), "message": json_text(intent.message),
                     "to_state": move.target.value, "attempt": attempt,
                     "worker": "" if claimant is None else claimant.worker,
                     "task_id": task_id, "lease_expires_at": adapt(lease), "now": adapt(now),

@@ -41,12 +41,9 @@ from .values import (
     Claimant,
     ClaimOutcome,
     Intent,
+    json_text,
     row_from_tuple,
 )
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -55,7 +52,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def _param(column: str, value: Any) -> Any:
     """A value for a job column as the driver should send it (JSON columns as text)."""
-    return _json(value) if column in JSON_COLUMNS else value
+    return json_text(value) if column in JSON_COLUMNS else value
 
 
 def _move_params(change: Change, move: Move, now: datetime) -> dict[str, Any]:
@@ -135,9 +132,9 @@ class PostgreSQLBackend(Backend):
         # is about to leave, and an intent a crash lost would have it refused, not run.
         return _outcome(self._write(insert_sql(move.event), {
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
-            "fingerprint": intent.fingerprint, "args": _json(intent.args),
-            "kwargs": _json(intent.kwargs), "options": _json(intent.options),
-            "message": _json(intent.message), "not_before": intent.not_before,
+            "fingerprint": intent.fingerprint, "args": json_text(intent.args),
+            "kwargs": json_text(intent.kwargs), "options": json_text(intent.options),
+            "message": json_text(intent.message), "not_before": intent.not_before,
             "expires_at": intent.expires_at, "sent_at": now if intent.sent else None,
             "to_state": move.target.value, "event": move.event, "task_id": task_id,
             "now": now, "reason": reason, "from_state": None,

@@ -81,6 +81,11 @@ _STATE_AT = ROW_COLUMNS.index("state")
 _STATES = {state.value: state for state in State}
 
 
+def json_text(value: Any) -> str | None:
+    """A JSON column's value as the SQL backends send it: text, or NULL for None."""
+    return None if value is None else json.dumps(value)
+
+
 def row_from_tuple(values: tuple[Any, ...] | list[Any]) -> JobRow:
     """A JobRow from a raw cursor's ROW_COLUMNS, whose JSON columns come back as text
     (the SQL backends' statements: Django parses JSONField in Python, not the driver)."""
