@@ -8,8 +8,8 @@
 is the plain task on that same stack: ``postgres`` (directly, the default),
 ``pgbouncer`` (the same server behind a PgBouncer the run starts for itself, in
 transaction pooling mode, the producer and the workers connected through it) or
-``mysql`` (MariaDB, the library's portable backend; ``raw``, ``floor``, ``atomic1`` and
-``pub-async`` are PostgreSQL's only).
+``mysql`` (MariaDB, with the library's MySQL backend; ``raw``, ``floor``, ``atomic1`` and
+``pub-async`` are PostgreSQL's only, ``floor-django`` runs on every stack).
 
 Each run starts a fresh prefork worker (``-c 2``, acks_late, reject on worker lost,
 prefetch 1), warms it up with a few tasks, then this process publishes N messages while
@@ -41,6 +41,9 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 - ``once``: celery-once ``QueueOnce`` (distinct keys);
 - ``floor``: the bare protocol in raw SQL on a kept connection (claim upsert, INSERT,
   fenced commit: bench/raw_app.py), no Django;
+- ``floor-django``: the same claim and fenced commit in raw SQL inside the plain task, on
+  Django's connection around its ORM create (``bench.floor_django``): what any
+  effect-once layer adds to a Django task at the least, on every stack;
 - ``idem``: ``IdempotentTask`` (default mode); ``atomic``: ``atomic=True``;
 - ``atomic1``: the prototype of a one-statement atomic path (bench/onestmt.py, not the
   library: the body, then one conditional PENDING -> SUCCEEDED; issue 11 item 4);
@@ -85,8 +88,8 @@ from bench.stacks import (  # noqa: E402
     pids_named,
 )
 
-VARIANTS = ("raw", "django", "once", "floor", "idem", "idem-broker", "atomic", "atomic1", "replay",
-            "pub-plain", "pub-idem", "pub-async", "pub-broker")
+VARIANTS = ("raw", "django", "once", "floor", "floor-django", "idem", "idem-broker", "atomic",
+            "atomic1", "replay", "pub-plain", "pub-idem", "pub-async", "pub-broker")
 #: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
 BROKER_DURABILITY = ("idem-broker", "pub-broker")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
@@ -153,7 +156,8 @@ def sender(variant: str) -> Any:
     task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
             "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
             "pub-async": t.bench_idem, "idem-broker": t.bench_idem, "pub-broker": t.bench_idem,
-            "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1}[variant]
+            "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1,
+            "floor-django": t.bench_floor_django}[variant]
     if task is None:
         raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
     return lambda key, queue, producer: task.apply_async((key,), queue=queue, producer=producer)
@@ -220,14 +224,12 @@ FINISH_PENDING = {
 def reset(stack: Stack) -> None:
     from django.db import connection
 
-    from bench.raw_app import FLOOR_TABLE
+    from bench.floor_sql import TABLE
 
     c.reset_tables()
-    if not stack.postgres:
-        return  # the floor's table is PostgreSQL's (raw and floor run only there)
-    with connection.cursor() as cursor:
-        cursor.execute(FLOOR_TABLE)
-        cursor.execute("TRUNCATE bench_floor_job")
+    with connection.cursor() as cursor:  # the floors' table (floor, floor-django)
+        cursor.execute(TABLE[connection.vendor])
+        cursor.execute("TRUNCATE TABLE bench_floor_job")
 
 
 def effects(prefix: str) -> int:

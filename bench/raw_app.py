@@ -14,11 +14,14 @@ prefetch 1), as the Django project has them; the finish marks are bench.worker_a
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
 from celery import Celery, signals
+
+from bench import floor_sql
 
 app = Celery("bench_raw", broker=os.environ.get("IDEM_BROKER"), set_as_current=False)
 app.conf.update(
@@ -27,10 +30,6 @@ app.conf.update(
     task_default_queue=os.environ.get("IDEM_QUEUE", "celery"), worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
 )
-
-FLOOR_TABLE = """CREATE TABLE IF NOT EXISTS bench_floor_job (
-    key text PRIMARY KEY, state text NOT NULL, attempt integer NOT NULL,
-    result jsonb, updated_at timestamptz NOT NULL DEFAULT now())"""
 
 _conn: list[Any] = []  # [pid, connection]
 
@@ -66,16 +65,11 @@ def raw(key: str) -> str:
 @app.task(name="bench.floor")
 def floor(key: str) -> str | None:
     c = conn()
-    row = c.execute(
-        "INSERT INTO bench_floor_job (key, state, attempt) VALUES (%s, 'RUNNING', 1)"
-        " ON CONFLICT (key) DO UPDATE SET state = 'RUNNING',"
-        " attempt = bench_floor_job.attempt + 1, updated_at = now()"
-        " WHERE bench_floor_job.state = 'PENDING' RETURNING attempt", (key,)).fetchone()
+    row = c.execute(floor_sql.CLAIM, (key,)).fetchone()
     if row is None:
         return None  # finished or running elsewhere: nothing to do
     _effect(key)
-    c.execute("UPDATE bench_floor_job SET state = 'SUCCEEDED', result = to_jsonb(%s::text),"
-              " updated_at = now() WHERE key = %s AND attempt = %s", (key, key, row[0]))
+    c.execute(floor_sql.COMMIT["postgresql"], (json.dumps(key), key, row[0]))
     return key
 
 

@@ -7,8 +7,10 @@ With several files (one per stack, ``honest.py --database``): each file's tables
 with its stack, then one table of every variant's ratio to the plain task per stack.
 
 Medians of the rounds; in brackets the lowest and highest round. Ratios are taken per
-round (to ``django`` for the worker variants, to ``pub-plain`` for publishing, to
-``floor`` in its own column), then their median: so a drift between rounds cancels.
+round (to ``django`` for the worker variants, to ``pub-plain`` for publishing, to the
+floor in its own column: ``floor-django`` where the file has it, the floor of the same
+stack inside the same Django task, else ``floor``), then their median: so a drift
+between rounds cancels.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bench.stacks import DB_GROUP  # noqa: E402
 LABELS = {
     "raw": "raw (psycopg, kept connection)", "django": "django (same task, `keep` policy)",
     "once": "celery-once", "floor": "floor (the protocol in raw SQL)",
+    "floor-django": "floor in the Django task (its claim and commit in raw SQL)",
     "idem": "`IdempotentTask`", "atomic": "`atomic=True`",
     "atomic1": "one-statement atomic (prototype)", "replay": "replay of finished keys",
     "idem-broker": "`IdempotentTask`, durability `broker`",
@@ -78,6 +81,7 @@ def table(data: dict[str, Any], broker: str, titled: bool = False) -> str:
     lines = [f"| {title} | tasks/s | × django | × floor | CPU producer | CPU worker "
              f"| CPU {STACKS[stack].split()[0]} |{' CPU PgBouncer |' if pooler else ''} WAL B |",
              "| --- " * (9 if pooler else 8) + "|"]
+    floor = "floor-django" if "floor-django" in summary else "floor"
     for variant, label in LABELS.items():
         e = summary.get(variant)
         if e is None:
@@ -86,7 +90,7 @@ def table(data: dict[str, Any], broker: str, titled: bool = False) -> str:
         to_django = "1.00" if variant == "django" else spread(
             ratios(data, broker, variant, "django"))
         to_floor = ("" if variant in ("raw", "django", "once") else "1.00"
-                    if variant == "floor" else spread(ratios(data, broker, variant, "floor")))
+                    if variant == floor else spread(ratios(data, broker, variant, floor)))
         lines.append(f"| {label} | {_n(e['median_total_per_s'])} | {to_django} | {to_floor} "
                      f"| {_n(cpu.get('producer'))} | {_n(cpu.get('worker'))} "
                      f"| {_n(cpu.get(group))} |{_pooler(cpu, pooler)} {_wal(e, stack)} |")
@@ -117,7 +121,7 @@ def _wal(e: dict[str, Any], stack: str) -> str:
 
 
 #: The variants compared across stacks, and the baseline of each.
-COMPARED = {"idem": "django", "atomic": "django", "replay": "django", "idem-broker": "django",
+COMPARED = {"floor-django": "django", "idem": "django", "atomic": "django", "replay": "django", "idem-broker": "django",
             "once": "django", "pub-idem": "pub-plain", "pub-broker": "pub-plain"}
 
 

@@ -10,10 +10,13 @@ own bookkeeping and the numbers isolate what the deduplication layer costs.
 
 from __future__ import annotations
 
+import json
 import os
 
 from celery import shared_task
+from django.db import IntegrityError, connection
 
+from bench import floor_sql
 from celery_idem import IdempotentTask
 
 from .models import Effect
@@ -43,6 +46,38 @@ def bench_idem(key):
 def bench_atomic(key):
     """IdempotentTask, atomic=True: claim, body and commit in one transaction."""
     _write(key)
+    return key
+
+
+def _floor_claim(cursor, key):
+    """The floor's claim (bench/floor_sql.py): its attempt, or None if the key is taken."""
+    if connection.vendor == "postgresql":
+        cursor.execute(floor_sql.CLAIM, (key,))
+        row = cursor.fetchone()
+        return None if row is None else row[0]
+    insert, claim, read = floor_sql.CLAIM_MYSQL
+    try:
+        cursor.execute(insert, (key,))
+        return 1
+    except IntegrityError:
+        cursor.execute(claim, (key,))
+        if cursor.rowcount != 1:
+            return None
+        cursor.execute(read, (key,))
+        return cursor.fetchone()[0]
+
+
+@shared_task(name="bench.floor_django", ignore_result=True)
+def bench_floor_django(key):
+    """The bare protocol inside the plain task: the floor's claim and fenced commit in raw
+    SQL on Django's connection (autocommitted, as the default mode's), around the same
+    ORM create. What any effect-once layer adds to a Django task at the least."""
+    with connection.cursor() as cursor:
+        attempt = _floor_claim(cursor, key)
+        if attempt is None:
+            return None  # finished, or running elsewhere
+        _write(key)
+        cursor.execute(floor_sql.COMMIT[connection.vendor], (json.dumps(key), key, attempt))
     return key
 
 

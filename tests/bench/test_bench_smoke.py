@@ -117,8 +117,8 @@ def test_honest(bench_env, tmp_path):
     ``*-broker``: CELERY_IDEM_DURABILITY = "broker", no intent written at publish);
     on RabbitMQ the raw app and the fixup's policy (a session per task); the table prints
     from the results file."""
-    variants = ("raw,django,once,floor,idem,idem-broker,atomic,atomic1,replay,pub-plain,"
-                "pub-idem,pub-async,pub-broker")
+    variants = ("raw,django,once,floor,floor-django,idem,idem-broker,atomic,atomic1,replay,"
+                "pub-plain,pub-idem,pub-async,pub-broker")
     if not _once_available():
         variants = variants.replace("once,", "")
     data = run(bench_env, tmp_path, "honest.py", "--n", "8", "--rounds", "1",
@@ -242,7 +242,7 @@ def test_honest_and_publish_batch_on_a_stack(stack_env, tmp_path):
     The report and the stacks' figure render from the files, and no PgBouncer is left."""
     stack, env = stack_env
     data = run(env, tmp_path, "honest.py", "--database", stack, "--n", "8", "--rounds", "1",
-               "--brokers", "redis", "--variants", "django,idem,pub-plain,pub-idem",
+               "--brokers", "redis", "--variants", "django,floor-django,idem,pub-plain,pub-idem",
                timeout=180)
     assert data["settings"]["database"] == stack
     assert all(r["exactly_once"] and r["database"] == stack for r in data["runs"])
