@@ -162,3 +162,47 @@ def test_gevent_is_e005_on_mysqlclient_and_not_on_pymysql(monkeypatch):
     found = [m.id for m in checks.check_celery_settings()]
     pymysql = os.environ.get("IDEM_MYSQL_DRIVER") == "pymysql"
     assert found == ([] if pymysql else ["celery_idem.E005"])
+
+
+def driver_queries(fn) -> list[str]:
+    """The queries ``fn`` sends through the driver on Django's connection: one round trip
+    each (several statements in one are one query)."""
+    connection.ensure_connection()
+    raw = connection.connection
+    sent: list[str] = []
+    query = raw.query
+
+    def counted(sql):
+        sent.append(sql.decode() if isinstance(sql, bytes | bytearray) else sql)
+        return query(sql)
+
+    raw.query = counted
+    try:
+        fn()
+    finally:
+        raw.query = query  # (mysqlclient's connection refuses ``del``)
+    return sent
+
+
+@on_mysql
+def test_the_claims_update_and_read_are_one_query_where_the_connection_sends_several(
+        backend, backend_kind, make_intent):
+    """mysqlclient sends several statements in one query unless told not to
+    (``CLIENT.MULTI_STATEMENTS``), PyMySQL only when its ``client_flag`` asks: MySQL's
+    own backend then sends the claim's UPDATE and its read as one round trip; elsewhere
+    (and on the portable backend) they are two."""
+    from celery_idem.backends.mysql import MULTI_STATEMENTS, sends_several
+
+    driver = os.environ.get("IDEM_MYSQL_DRIVER", "mysqlclient")
+    backend.publish(make_intent(), "task-1", timezone.now())
+    connection.ensure_connection()
+    assert sends_several(connection) == (driver == "mysqlclient")
+    assert bool(connection.connection.client_flag & MULTI_STATEMENTS) == sends_several(connection)
+    one_query = backend_kind == "native" and driver == "mysqlclient"
+    outcome = []
+    sent = driver_queries(lambda: outcome.append(
+        backend.claim("claimed", make_intent(), claimant("w1", "task-1"))))
+    assert outcome[0].won and outcome[0].row.attempt == 1
+    assert len(sent) == (1 if one_query else 2), sent
+    assert sent[0].lstrip().upper().startswith("UPDATE")
+    assert ("SELECT" in sent[0]) == one_query
