@@ -8,9 +8,6 @@ statement's round trip. The text is rendered once per move from the move table, 
 PostgreSQL (``queries.render_guard``), and runs on Django's cursor, so its error
 translation and query log see it. An intent outside a transaction, and the read of a
 key's row (after a claim, or an intent that found the key), are named queries too.
-Where the connection may send several statements in one query (``CLIENT.MULTI_STATEMENTS``:
-mysqlclient's default, PyMySQL's only if ``OPTIONS`` ask for it), the claim's UPDATE and
-the read go together: one round trip instead of two.
 Moves that record history, an intent in the caller's transaction (its savepoint),
 batches, steps and the other reads are the portable backend's.
 """
@@ -44,10 +41,6 @@ from .values import (
 )
 
 QUERIES = load_queries(Path(__file__).with_name("mysql.sql"))
-#: ``CLIENT.MULTI_STATEMENTS``, the same bit in mysqlclient and PyMySQL: the connection
-#: may send several statements in one query (a capability of the connection, agreed at
-#: connect: nothing is set on the session).
-MULTI_STATEMENTS = 1 << 16
 #: The row's datetime columns, by position.
 _DATETIMES_AT = tuple(i for i, column in enumerate(ROW_COLUMNS)
                       if Job._meta.get_field(column).get_internal_type() == "DateTimeField")
@@ -56,17 +49,6 @@ _DATETIMES_AT = tuple(i for i, column in enumerate(ROW_COLUMNS)
 @cache
 def claim_sql(event: str) -> str:
     return QUERIES["claim"].replace("{guard}", render_guard(states.move(event).guard, QUERIES))
-
-
-@cache
-def claim_and_row_sql(event: str) -> str:
-    """The claim's UPDATE and the read of the row, as one query of two statements."""
-    return f"{claim_sql(event)};\n{QUERIES['row']}"
-
-
-def sends_several(connection: Any) -> bool:
-    """Whether ``connection`` (open) may send several statements in one query."""
-    return bool(getattr(connection.connection, "client_flag", 0) & MULTI_STATEMENTS)
 
 
 @cache
@@ -126,17 +108,9 @@ class MySQLBackend(GenericBackend):
         # In the caller's transaction, or each statement its own (as in the portable
         # backend: ``holds`` then checks the row read back is still this claim's).
         with connection.cursor() as cursor:
-            if not sends_several(connection):
-                cursor.execute(claim_sql(move.event), params)
-                matched = cursor.rowcount
-                row = self._row(namespace=intent.namespace, key=intent.key)
-            else:
-                # One query, two results: the UPDATE's count, then the row.
-                cursor.execute(claim_and_row_sql(move.event), params)
-                matched = cursor.rowcount
-                with connection.wrap_database_errors:
-                    cursor.nextset()
-                    row = _parse(cursor.fetchone(), connection)
+            cursor.execute(claim_sql(move.event), params)
+            matched = cursor.rowcount
+        row = self._row(namespace=intent.namespace, key=intent.key)
         return ClaimOutcome(bool(matched) and holds(row, claimant), row)
 
     def _row(self, **lookup: Any) -> JobRow | None:
@@ -145,7 +119,15 @@ class MySQLBackend(GenericBackend):
         connection = connections[self.alias]
         with connection.cursor() as cursor:
             cursor.execute(QUERIES["row"], lookup)
-            return _parse(cursor.fetchone(), connection)
+            found = cursor.fetchone()
+        if found is None:
+            return None
+        values = list(found)
+        if settings.USE_TZ:  # the driver returns them naive, in the connection's zone
+            convert = connection.ops.convert_datetimefield_value
+            for i in _DATETIMES_AT:
+                values[i] = convert(values[i], None, connection)
+        return row_from_tuple(values)
 
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
         if move.recorded or (move.target is None and not change.values):
@@ -165,15 +147,3 @@ class MySQLBackend(GenericBackend):
             cursor.execute(move_sql(change.event, tuple(change.values)), params)
             matched = cursor.rowcount
         return attempt if matched else None
-
-
-def _parse(found: tuple[Any, ...] | None, connection: Any) -> JobRow | None:
-    """A row of ``QUERIES["row"]`` as a JobRow (None: no row)."""
-    if found is None:
-        return None
-    values = list(found)
-    if settings.USE_TZ:  # the driver returns them naive, in the connection's zone
-        convert = connection.ops.convert_datetimefield_value
-        for i in _DATETIMES_AT:
-            values[i] = convert(values[i], None, connection)
-    return row_from_tuple(values)

@@ -2,8 +2,8 @@
 -- record no history, written out instead of built by the ORM on every call. Named
 -- queries as in postgresql.sql: {job} and {row} are filled in once, {guard} and {sets}
 -- per move from the move table (celery_idem.states). MySQL has no UPDATE ... RETURNING,
--- so a claim is its UPDATE and then `row`, the attempt it took read back (both in one
--- query where the connection may send several statements). `key` is a reserved word here.
+-- so a claim is its UPDATE and then `row`, the attempt it took read back. `key` is a
+-- reserved word here.
 
 -- name: guard_fenced
 attempt = %(attempt)s
