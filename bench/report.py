@@ -28,7 +28,7 @@ from bench.stacks import DB_GROUP  # noqa: E402
 LABELS = {
     "raw": "raw (psycopg, kept connection)", "django": "django (same task, `keep` policy)",
     "once": "celery-once", "floor": "floor (the protocol in raw SQL)",
-    "floor-django": "floor in the Django task (its claim and commit in raw SQL)",
+    "floor-django": "floor, in the Django task",
     "idem": "`IdempotentTask`", "atomic": "`atomic=True`",
     "atomic1": "one-statement atomic (prototype)", "replay": "replay of finished keys",
     "idem-broker": "`IdempotentTask`, durability `broker`",
