@@ -121,8 +121,9 @@ def _wal(e: dict[str, Any], stack: str) -> str:
 
 
 #: The variants compared across stacks, and the baseline of each.
-COMPARED = {"floor-django": "django", "idem": "django", "atomic": "django", "replay": "django", "idem-broker": "django",
-            "once": "django", "pub-idem": "pub-plain", "pub-broker": "pub-plain"}
+COMPARED = {"floor-django": "django", "idem": "django", "atomic": "django", "replay": "django",
+            "idem-broker": "django", "once": "django", "pub-idem": "pub-plain",
+            "pub-broker": "pub-plain"}
 
 
 def stack_ratios(files: list[dict[str, Any]], broker: str) -> dict[str, dict[str, list[float]]]:
