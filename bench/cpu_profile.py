@@ -24,8 +24,10 @@ Measured: this process's CPU (``time.process_time``: user + system, PostgreSQL's
 broker's CPU are not in it) and wall time, per operation; medians over rounds and the
 ratio idempotent / plain. ``--profile publish-idem|task-idem|publish-plain|task-plain``
 runs that loop once more under cProfile (timed in CPU time) and prints the top entries
-(cumulative and own time); ``--dump`` keeps the stats for pstats. PostgreSQL only
-(``IDEM_PG_NAME``, default ``idem_bench``).
+(cumulative and own time); ``--dump`` keeps the stats for pstats. ``--durability broker``
+runs both idempotent loops with ``CELERY_IDEM_DURABILITY = "broker"``: no intent at
+publish, the worker's claim inserts the row. PostgreSQL only (``IDEM_PG_NAME``, default
+``idem_bench``).
 
 ``--instructions`` counts instead, for a busy machine: the run goes under valgrind's
 callgrind (``bench/_callgrind.py``) and each loop reports the **instructions** this
@@ -218,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="after the rounds, run this loop under cProfile and print the top")
     ap.add_argument("--top", type=int, default=40, help="entries --profile prints")
     ap.add_argument("--dump", default=None, help="also write the --profile stats here (pstats)")
+    ap.add_argument("--durability", choices=("database", "broker"), default="database",
+                    help="CELERY_IDEM_DURABILITY for the idempotent loops (default database)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--instructions", action="store_true",
                     help="count instructions per operation under callgrind, not CPU time")
@@ -237,9 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["IDEM_BROKER"] = "memory://"
     os.environ["IDEM_RESULTS"] = "cache+memory://"
     c.setup_django()
+    from django.test import override_settings
+
     from bench.worker_app import app
     from celery_idem.worker_connections import take_over
 
+    override_settings(CELERY_IDEM_DURABILITY=args.durability).enable()  # this process's
     take_over(app)  # the keep policy's prerun/postrun receivers, as in a worker
     tasks = dict(zip(("plain", "idem"), define_tasks(app), strict=True))
     c.reset_tables()
@@ -268,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
               for side in ("publish", "task") if f"{side}-idem" in median}
     data = {"benchmark": "cpu_profile", "command": c.command_line(), "environment": env,
             "settings": {"n": args.n, "rounds": args.rounds, "broker": args.broker,
+                         "durability": args.durability,
                          "measure": "callgrind instructions" if COUNTER else "process_time"},
             "by_round": {k: [{m: round(x, 1) for m, x in s.items()} for s in v]
                          for k, v in samples.items()},

@@ -176,6 +176,10 @@ def test_cpu_profile(bench_env, tmp_path):
     assert set(data["median"]) == {"publish-plain", "publish-idem", "task-plain", "task-idem"}
     assert all(m["cpu_us"] > 0 for m in data["median"].values())
     assert set(data["ratios"]) == {"publish", "task"}
+    data = run(bench_env, tmp_path, "cpu_profile.py", "--n", "10", "--rounds", "1",
+               "--durability", "broker")
+    assert data["settings"]["durability"] == "broker"
+    assert all(m["cpu_us"] > 0 for m in data["median"].values())
 
 
 def test_session_cost(bench_env, tmp_path):
