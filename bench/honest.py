@@ -221,7 +221,8 @@ FINISH_PENDING = {
 }
 
 
-def reset(stack: Stack) -> None:
+def reset() -> None:
+    """Empty the tables a run writes: the library's, the effects, the floors' own."""
     from django.db import connection
 
     from bench.floor_sql import TABLE
@@ -245,7 +246,7 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
     queue = c.new_queue(f"honest-{variant}")
     tag = uuid.uuid4().hex[:8]
     keys = [f"{tag}-{i}" for i in range(n)]
-    reset(stack)
+    reset()
     if variant == "once":
         c.clear_once_locks()
     if variant == "replay":
