@@ -26,8 +26,11 @@ ratio idempotent / plain. ``--profile publish-idem|task-idem|publish-plain|task-
 runs that loop once more under cProfile (timed in CPU time) and prints the top entries
 (cumulative and own time); ``--dump`` keeps the stats for pstats. ``--durability broker``
 runs both idempotent loops with ``CELERY_IDEM_DURABILITY = "broker"``: no intent at
-publish, the worker's claim inserts the row. PostgreSQL only (``IDEM_PG_NAME``, default
-``idem_bench``).
+publish, the worker's claim inserts the row. ``--database`` is the stack, as
+``bench/stacks.py`` opens it: ``postgres`` (the default; ``IDEM_PG_NAME``, default
+``idem_bench``), ``pgbouncer`` (a PgBouncer of its own in front of it) or ``mysql``
+(MariaDB, the library's MySQL backend; ``IDEM_MYSQL_NAME``, default the same name). Only
+this process's CPU is measured: the servers' and the pooler's are not in it.
 
 ``--instructions`` counts instead, for a busy machine: the run goes under valgrind's
 callgrind (``bench/_callgrind.py``) and each loop reports the **instructions** this
@@ -51,7 +54,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _callgrind  # noqa: E402
+from bench import _callgrind, stacks  # noqa: E402
 from bench import _common as c  # noqa: E402
 
 LOOPS = ("publish-plain", "publish-idem", "task-plain", "task-idem")
@@ -222,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", default=None, help="also write the --profile stats here (pstats)")
     ap.add_argument("--durability", choices=("database", "broker"), default="database",
                     help="CELERY_IDEM_DURABILITY for the idempotent loops (default database)")
+    ap.add_argument("--database", choices=stacks.STACKS, default="postgres")
     ap.add_argument("--out", default=None)
     ap.add_argument("--instructions", action="store_true",
                     help="count instructions per operation under callgrind, not CPU time")
@@ -236,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
 
     queue = c.new_queue("bench-cpu")
     c.configure("redis", queue=queue)
+    with stacks.opened(args.database):
+        return _run(args, queue)
+
+
+def _run(args: argparse.Namespace, queue: str) -> int:
     os.environ["IDEM_WORKER_CONNECTIONS"] = "keep"
     if args.broker == "memory":
         os.environ["IDEM_BROKER"] = "memory://"
@@ -275,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
               for side in ("publish", "task") if f"{side}-idem" in median}
     data = {"benchmark": "cpu_profile", "command": c.command_line(), "environment": env,
             "settings": {"n": args.n, "rounds": args.rounds, "broker": args.broker,
+                         "database": args.database,
                          "durability": args.durability,
                          "measure": "callgrind instructions" if COUNTER else "process_time"},
             "by_round": {k: [{m: round(x, 1) for m, x in s.items()} for s in v]

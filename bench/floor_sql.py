@@ -18,6 +18,15 @@ TABLE = {
              " updated_at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
 }
 
+#: The floor's intent, written before its message leaves (``floor-intent``, ``pub-floor``):
+#: a PENDING row of the key alone, committed as the server's own setting says (flushed by
+#: default), as the library's intent is. The least a durable intent at publish costs; one
+#: that recovery could re-send from would also hold the message. (key,)
+INTENT = {
+    "postgresql": "INSERT INTO bench_floor_job (key, state, attempt) VALUES (%s, 'PENDING', 0)",
+    "mysql": "INSERT INTO bench_floor_job (`key`, state, attempt) VALUES (%s, 'PENDING', 0)",
+}
+
 #: PostgreSQL's claim: (key,) -> one row (attempt,), or none when the key is taken.
 CLAIM = ("INSERT INTO bench_floor_job (key, state, attempt) VALUES (%s, 'RUNNING', 1)"
          " ON CONFLICT (key) DO UPDATE SET state = 'RUNNING',"

@@ -9,7 +9,8 @@ is the plain task on that same stack: ``postgres`` (directly, the default),
 ``pgbouncer`` (the same server behind a PgBouncer the run starts for itself, in
 transaction pooling mode, the producer and the workers connected through it) or
 ``mysql`` (MariaDB, with the library's MySQL backend; ``raw``, ``floor``, ``atomic1`` and
-``pub-async`` are PostgreSQL's only, ``floor-django`` runs on every stack).
+``pub-async`` are PostgreSQL's only, ``floor-django`` and ``floor-intent`` run on every
+stack).
 
 Each run starts a fresh prefork worker (``-c 2``, acks_late, reject on worker lost,
 prefetch 1), warms it up with a few tasks, then this process publishes N messages while
@@ -44,6 +45,10 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 - ``floor-django``: the same claim and fenced commit in raw SQL inside the plain task, on
   Django's connection around its ORM create (``bench.floor_django``): what any
   effect-once layer adds to a Django task at the least, on every stack;
+- ``floor-intent``: ``floor-django`` with the floor's intent written before each message
+  leaves (one raw INSERT of the key, PENDING, on the producer's Django connection,
+  committed and flushed: ``floor_sql.INTENT``), which the claim then takes: the least the
+  default mode's shape (durability in the database) costs, on every stack;
 - ``idem``: ``IdempotentTask`` (default mode); ``atomic``: ``atomic=True``;
 - ``atomic1``: the prototype of a one-statement atomic path (bench/onestmt.py, not the
   library: the body, then one conditional PENDING -> SUCCEEDED; issue 11 item 4);
@@ -52,6 +57,7 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
   the worker (no intent at publish; the claim inserts the row);
 - ``pub-plain``, ``pub-idem``: publishing alone, no worker (plain vs idempotent);
   ``pub-broker``: ``pub-idem`` with ``CELERY_IDEM_DURABILITY = "broker"``;
+  ``pub-floor``: ``pub-plain`` after the floor's intent (``floor-intent``'s publish);
   ``pub-async``: ``pub-idem`` with the intent's commit not waiting for the WAL flush, a
   prototype of this module only (``unflushed_intents``), to measure what the flush costs.
 
@@ -88,10 +94,13 @@ from bench.stacks import (  # noqa: E402
     pids_named,
 )
 
-VARIANTS = ("raw", "django", "once", "floor", "floor-django", "idem", "idem-broker", "atomic",
-            "atomic1", "replay", "pub-plain", "pub-idem", "pub-async", "pub-broker")
+VARIANTS = ("raw", "django", "once", "floor", "floor-django", "floor-intent", "idem",
+            "idem-broker", "atomic", "atomic1", "replay", "pub-plain", "pub-idem", "pub-async",
+            "pub-broker", "pub-floor")
 #: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
 BROKER_DURABILITY = ("idem-broker", "pub-broker")
+#: The variants that write the floor's intent before each publish.
+FLOOR_INTENT = ("floor-intent", "pub-floor")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
 WARMUP = 4
 CLK = os.sysconf("SC_CLK_TCK")
@@ -157,10 +166,26 @@ def sender(variant: str) -> Any:
             "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
             "pub-async": t.bench_idem, "idem-broker": t.bench_idem, "pub-broker": t.bench_idem,
             "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1,
-            "floor-django": t.bench_floor_django}[variant]
+            "floor-django": t.bench_floor_django, "floor-intent": t.bench_floor_django,
+            "pub-floor": t.bench_plain}[variant]
     if task is None:
         raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
+    if variant in FLOOR_INTENT:
+        def send(key: str, queue: str, producer: Any) -> Any:
+            floor_intent(key)  # committed before the message leaves
+            return task.apply_async((key,), queue=queue, producer=producer)
+        return send
     return lambda key, queue, producer: task.apply_async((key,), queue=queue, producer=producer)
+
+
+def floor_intent(key: str) -> None:
+    """The floor's intent of ``key``, autocommitted on this process's Django connection."""
+    from django.db import connection
+
+    from bench.floor_sql import INTENT
+
+    with connection.cursor() as cursor:
+        cursor.execute(INTENT[connection.vendor], (key,))
 
 
 @contextmanager
@@ -228,7 +253,7 @@ def reset() -> None:
     from bench.floor_sql import TABLE
 
     c.reset_tables()
-    with connection.cursor() as cursor:  # the floors' table (floor, floor-django)
+    with connection.cursor() as cursor:  # the floors' table (floor, floor-django, -intent)
         cursor.execute(TABLE[connection.vendor])
         cursor.execute("TRUNCATE TABLE bench_floor_job")
 

@@ -8,9 +8,11 @@ with its stack, then one table of every variant's ratio to the plain task per st
 
 Medians of the rounds; in brackets the lowest and highest round. Ratios are taken per
 round (to ``django`` for the worker variants, to ``pub-plain`` for publishing, to the
-floor in its own column: ``floor-django`` where the file has it, the floor of the same
-stack inside the same Django task, else ``floor``), then their median: so a drift
-between rounds cancels.
+floor of the variant's own shape in its own column), then their median: so a drift
+between rounds cancels. The floor column: the modes that write an intent at publish
+(``idem``, ``atomic``, ``replay``, ``atomic1``) against ``floor-intent`` where the file
+has it; every other variant against ``floor-django`` (the floor of the same stack inside
+the same Django task), else ``floor``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ LABELS = {
     "raw": "raw (psycopg, kept connection)", "django": "django (same task, `keep` policy)",
     "once": "celery-once", "floor": "floor (the protocol in raw SQL)",
     "floor-django": "floor, in the Django task",
+    "floor-intent": "floor with an intent at publish, in the Django task",
     "idem": "`IdempotentTask`", "atomic": "`atomic=True`",
     "atomic1": "one-statement atomic (prototype)", "replay": "replay of finished keys",
     "idem-broker": "`IdempotentTask`, durability `broker`",
@@ -36,7 +39,9 @@ LABELS = {
 #: The stacks of ``honest.py --database`` (a file from before the option: PostgreSQL).
 STACKS = {"postgres": "PostgreSQL", "pgbouncer": "PostgreSQL behind PgBouncer",
           "mysql": "MariaDB"}
-PUBLISH = ("pub-plain", "pub-idem", "pub-async")
+PUBLISH = ("pub-plain", "pub-idem", "pub-async", "pub-broker", "pub-floor")
+#: The variants that write an intent at publish: their floor is ``floor-intent``.
+WITH_INTENT = ("idem", "atomic", "replay", "atomic1")
 
 
 def _rounds(data: dict[str, Any], broker: str) -> dict[int, dict[str, dict[str, Any]]]:
@@ -81,7 +86,6 @@ def table(data: dict[str, Any], broker: str, titled: bool = False) -> str:
     lines = [f"| {title} | tasks/s | × django | × floor | CPU producer | CPU worker "
              f"| CPU {STACKS[stack].split()[0]} |{' CPU PgBouncer |' if pooler else ''} WAL B |",
              "| --- " * (9 if pooler else 8) + "|"]
-    floor = "floor-django" if "floor-django" in summary else "floor"
     for variant, label in LABELS.items():
         e = summary.get(variant)
         if e is None:
@@ -89,6 +93,7 @@ def table(data: dict[str, Any], broker: str, titled: bool = False) -> str:
         cpu = e["median_cpu_us"]
         to_django = "1.00" if variant == "django" else spread(
             ratios(data, broker, variant, "django"))
+        floor = floor_of(variant, summary)
         to_floor = ("" if variant in ("raw", "django", "once") else "1.00"
                     if variant == floor else spread(ratios(data, broker, variant, floor)))
         lines.append(f"| {label} | {_n(e['median_total_per_s'])} | {to_django} | {to_floor} "
@@ -112,6 +117,13 @@ def table(data: dict[str, Any], broker: str, titled: bool = False) -> str:
     return "\n".join(lines)
 
 
+def floor_of(variant: str, summary: dict[str, Any]) -> str:
+    """The floor of ``variant``'s own shape that the results have (module docstring)."""
+    if variant in WITH_INTENT and "floor-intent" in summary:
+        return "floor-intent"
+    return "floor-django" if "floor-django" in summary else "floor"
+
+
 def _pooler(cpu: dict[str, Any], shown: bool) -> str:
     return f" {_n(cpu.get('pgbouncer'))} |" if shown else ""
 
@@ -121,9 +133,9 @@ def _wal(e: dict[str, Any], stack: str) -> str:
 
 
 #: The variants compared across stacks, and the baseline of each.
-COMPARED = {"floor-django": "django", "idem": "django", "atomic": "django", "replay": "django",
-            "idem-broker": "django", "once": "django", "pub-idem": "pub-plain",
-            "pub-broker": "pub-plain"}
+COMPARED = {"floor-django": "django", "floor-intent": "django", "idem": "django",
+            "atomic": "django", "replay": "django", "idem-broker": "django", "once": "django",
+            "pub-idem": "pub-plain", "pub-broker": "pub-plain", "pub-floor": "pub-plain"}
 
 
 def stack_ratios(files: list[dict[str, Any]], broker: str) -> dict[str, dict[str, list[float]]]:
@@ -143,9 +155,12 @@ def stacks_table(files: list[dict[str, Any]], broker: str) -> str:
     lines = [f"| {broker}: × plain, same stack and round | "
              + " | ".join(STACKS[s] for s in stacks) + " |",
              "| --- " * (1 + len(stacks)) + "|"]
-    plain = [_n(d["summary"].get(broker, {}).get("django", {}).get("median_total_per_s"))
-             for d in files]
-    lines.append("| plain task, tasks/s | " + " | ".join(plain) + " |")
+    for base, rate, label in (("django", "median_total_per_s", "plain task, tasks/s"),
+                              ("pub-plain", "median_publish_per_s",
+                               "plain publishing, messages/s")):
+        plain = [_n(d["summary"].get(broker, {}).get(base, {}).get(rate)) for d in files]
+        if any(plain):
+            lines.append(f"| {label} | " + " | ".join(plain) + " |")
     for variant, by_stack in stack_ratios(files, broker).items():
         label = LABELS.get(variant) or f"publishing alone: {variant.removeprefix('pub-')}"
         lines.append(f"| {label} | "

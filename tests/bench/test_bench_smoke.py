@@ -114,11 +114,12 @@ def test_filesystem_loss(bench_env, tmp_path):
 
 def test_honest(bench_env, tmp_path):
     """Every variant on Redis (``atomic1``: the one-statement prototype, bench/onestmt.py;
-    ``*-broker``: CELERY_IDEM_DURABILITY = "broker", no intent written at publish);
+    ``*-broker``: CELERY_IDEM_DURABILITY = "broker", no intent written at publish;
+    ``floor-intent``, ``pub-floor``: the floor's intent written at publish);
     on RabbitMQ the raw app and the fixup's policy (a session per task); the table prints
     from the results file."""
-    variants = ("raw,django,once,floor,floor-django,idem,idem-broker,atomic,atomic1,replay,"
-                "pub-plain,pub-idem,pub-async,pub-broker")
+    variants = ("raw,django,once,floor,floor-django,floor-intent,idem,idem-broker,atomic,"
+                "atomic1,replay,pub-plain,pub-idem,pub-async,pub-broker,pub-floor")
     if not _once_available():
         variants = variants.replace("once,", "")
     data = run(bench_env, tmp_path, "honest.py", "--n", "8", "--rounds", "1",
@@ -129,6 +130,9 @@ def test_honest(bench_env, tmp_path):
     # nothing written at publish (an intent is ~1.8 kB of WAL)
     assert (next(r for r in data["runs"] if r["variant"] == "pub-broker")[
         "wal_bytes_per_task"] or 0) < 100
+    # the floor's intent is written at publish
+    assert next(r for r in data["runs"] if r["variant"] == "pub-floor")[
+        "wal_bytes_per_task"] > 0
     assert set(idem["cpu_us_per_task"]) == {"producer", "worker", "postgres", "broker"}
     assert (idem["wal_bytes_per_task"] or idem["wal_bytes_per_task_cluster"]) > 0
     # the "keep" policy: the Django workers opened no session per task
@@ -246,7 +250,8 @@ def test_honest_and_publish_batch_on_a_stack(stack_env, tmp_path):
     The report and the stacks' figure render from the files, and no PgBouncer is left."""
     stack, env = stack_env
     data = run(env, tmp_path, "honest.py", "--database", stack, "--n", "8", "--rounds", "1",
-               "--brokers", "redis", "--variants", "django,floor-django,idem,pub-plain,pub-idem",
+               "--brokers", "redis", "--variants",
+               "django,floor-django,floor-intent,idem,pub-plain,pub-idem,pub-floor",
                timeout=180)
     assert data["settings"]["database"] == stack
     assert all(r["exactly_once"] and r["database"] == stack for r in data["runs"])
@@ -288,3 +293,13 @@ def test_honest_and_publish_batch_on_a_stack(stack_env, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert png.stat().st_size > 1000
 
+
+def test_cpu_profile_on_a_stack(stack_env, tmp_path):
+    """``--database``: both loops on that stack (MariaDB through the library's MySQL
+    backend, PostgreSQL through a PgBouncer of the run's own), every effect written once."""
+    stack, env = stack_env
+    data = run(env, tmp_path, "cpu_profile.py", "--database", stack, "--n", "10",
+               "--rounds", "1", timeout=180)
+    assert data["settings"]["database"] == stack
+    assert all(m["cpu_us"] > 0 for m in data["median"].values())
+    assert set(data["ratios"]) == {"publish", "task"}
