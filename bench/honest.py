@@ -77,191 +77,25 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
-from bench.stacks import (  # noqa: E402
-    DB_GROUP,
-    POSTGRES_ONLY,
-    STACKS,
-    Stack,
-    opened,
-    pids_named,
+from bench.cpu_groups import Groups  # noqa: E402
+from bench.honest_variants import (  # noqa: E402
+    BROKER_DURABILITY,
+    RAW_APP,
+    VARIANTS,
+    effects,
+    finished_keys,
+    publish,
+    reset,
 )
+from bench.stacks import DB_GROUP, POSTGRES_ONLY, STACKS, Stack, opened  # noqa: E402
 
-VARIANTS = ("raw", "django", "once", "floor", "floor-django", "floor-intent", "idem",
-            "idem-broker", "atomic", "atomic1", "replay", "pub-plain", "pub-idem", "pub-async",
-            "pub-broker", "pub-floor")
-#: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
-BROKER_DURABILITY = ("idem-broker", "pub-broker")
-#: The variants that write the floor's intent before each publish.
-FLOOR_INTENT = ("floor-intent", "pub-floor")
-RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
 WARMUP = 4
-CLK = os.sysconf("SC_CLK_TCK")
-
-
-# -- /proc ---------------------------------------------------------------------------------
-
-def ticks(pid: int, children: bool = False) -> int:
-    """utime + stime of ``pid`` (plus its reaped children's), in clock ticks; 0 if gone."""
-    try:
-        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return 0
-    total = int(rest[11]) + int(rest[12])
-    return total + (int(rest[13]) + int(rest[14]) if children else 0)
-
-
-class Groups:
-    """CPU ticks of each process group, sampled before and after a run."""
-
-    def __init__(self, broker: str, worker: c.WorkerProcess | None, stack: Stack) -> None:
-        self.broker_pids = pids_named("redis-server") if broker == "redis" \
-            else pids_named("beam.smp")
-        self.worker = worker
-        self.stack = stack
-
-    def sample(self) -> dict[str, dict[int, int]]:
-        out: dict[str, dict[int, int]] = {
-            group: {p: ticks(p) for p in pids}
-            for group, pids in self.stack.server_groups().items()}
-        out["broker"] = {p: ticks(p) for p in self.broker_pids}
-        out["worker"] = {}
-        if self.worker is not None and self.worker.process is not None:
-            main = self.worker.process.pid
-            out["worker"] = {main: ticks(main, children=True),
-                             **{p: ticks(p) for p in self.worker.children()}}
-        return out
-
-    @staticmethod
-    def delta(before: dict[str, dict[int, int]], after: dict[str, dict[int, int]],
-              n: int) -> dict[str, float]:
-        """µs of CPU per task per group (a process new since ``before`` counts from 0)."""
-        per_task = {}
-        for group, now in after.items():
-            ticks_used = sum(t - before[group].get(p, 0) for p, t in now.items())
-            per_task[group] = round(1e6 * ticks_used / CLK / n, 1)
-        return per_task
-
-
-# -- publishing ----------------------------------------------------------------------------
-
-def sender(variant: str) -> Any:
-    """A function publishing one message of ``variant`` with a given producer and queue."""
-    from bench import onestmt
-    from bench.worker_app import app
-    from django_app.effects import bench_tasks as t
-
-    if variant in RAW_APP:
-        name = RAW_APP[variant]
-        return lambda key, queue, producer: app.send_task(
-            name, (key,), queue=queue, producer=producer)
-    task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
-            "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
-            "pub-async": t.bench_idem, "idem-broker": t.bench_idem, "pub-broker": t.bench_idem,
-            "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1,
-            "floor-django": t.bench_floor_django, "floor-intent": t.bench_floor_django,
-            "pub-floor": t.bench_plain}[variant]
-    if task is None:
-        raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
-    if variant in FLOOR_INTENT:
-        def send(key: str, queue: str, producer: Any) -> Any:
-            floor_intent(key)  # committed before the message leaves
-            return task.apply_async((key,), queue=queue, producer=producer)
-        return send
-    return lambda key, queue, producer: task.apply_async((key,), queue=queue, producer=producer)
-
-
-def floor_intent(key: str) -> None:
-    """The floor's intent of ``key``, autocommitted on this process's Django connection."""
-    from django.db import connection
-
-    from bench.floor_sql import INTENT
-
-    with connection.cursor() as cursor:
-        cursor.execute(INTENT[connection.vendor], (key,))
-
-
-@contextmanager
-def unflushed_intents() -> Iterator[None]:
-    """Prototype, this benchmark only: the intent's commit does not wait for the WAL flush
-    (written as a claim is, ``flush`` ignored). The library flushes it on purpose: an
-    intent lost in a PostgreSQL crash would leave its message to be refused as
-    IntentMissing."""
-    from celery_idem.backends.postgresql import PostgreSQLBackend
-
-    original = PostgreSQLBackend._write
-    PostgreSQLBackend._write = (  # type: ignore[method-assign]
-        lambda self, sql, params, flush=False: original(self, sql, params))
-    try:
-        yield
-    finally:
-        PostgreSQLBackend._write = original  # type: ignore[method-assign]
-
-
-def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:
-    """Publish one message per key; (wall seconds, this process's CPU seconds)."""
-    from django.test import override_settings
-
-    from bench.worker_app import app
-
-    send = sender(variant)
-    durability = override_settings(CELERY_IDEM_DURABILITY="broker") \
-        if variant in BROKER_DURABILITY else nullcontext()
-    with app.producer_or_acquire() as producer, durability, (
-            unflushed_intents() if variant == "pub-async" else nullcontext()):
-        cpu0, wall0 = sum(os.times()[:2]), time.perf_counter()
-        for key in keys:
-            send(key, queue, producer)
-        return time.perf_counter() - wall0, sum(os.times()[:2]) - cpu0
-
-
-def finished_keys(keys: list[str]) -> None:
-    """Make ``keys`` SUCCEEDED jobs as a first run would (for ``replay``; not timed)."""
-    from django.db import connection
-
-    scratch = c.new_queue("bench-scratch")
-    try:
-        publish("idem", keys, scratch)  # the intents, on a queue no worker reads
-    finally:
-        c.delete_queue(os.environ["BENCH_BROKER"], scratch)
-    with connection.cursor() as cursor:
-        cursor.execute(FINISH_PENDING[connection.vendor])
-
-
-#: finished_keys' statement, per vendor (the result is the key, as the task returns it).
-FINISH_PENDING = {
-    "postgresql": "UPDATE celery_idem_job SET state = 'SUCCEEDED', attempt = 1,"
-                  " result = to_jsonb(key), started_at = now(), finished_at = now()"
-                  " WHERE state = 'PENDING'",
-    "mysql": "UPDATE celery_idem_job SET state = 'SUCCEEDED', attempt = 1,"
-             " result = JSON_QUOTE(`key`), started_at = UTC_TIMESTAMP(6),"
-             " finished_at = UTC_TIMESTAMP(6) WHERE state = 'PENDING'",
-}
-
-
-def reset() -> None:
-    """Empty the tables a run writes: the library's, the effects, the floors' own."""
-    from django.db import connection
-
-    from bench.floor_sql import TABLE
-
-    c.reset_tables()
-    with connection.cursor() as cursor:  # the floors' table (floor, floor-django, -intent)
-        cursor.execute(TABLE[connection.vendor])
-        cursor.execute("TRUNCATE TABLE bench_floor_job")
-
-
-def effects(prefix: str) -> int:
-    from django_app.effects.models import Effect
-
-    return Effect.objects.filter(key__startswith=prefix).count()
 
 
 # -- one run -------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
-from bench.honest import CLK, ticks  # noqa: E402
+from bench.cpu_groups import CLK, ticks  # noqa: E402
 from bench.stacks import Stack  # noqa: E402
 
 _STACK = Stack("postgres")

@@ -1,0 +1,133 @@
+"""The variants of bench/honest.py: what each one publishes, and the tables a run
+starts from. The variants themselves are listed in honest.py's docstring."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+from bench import _common as c
+
+VARIANTS = ("raw", "django", "once", "floor", "floor-django", "floor-intent", "idem",
+            "idem-broker", "atomic", "atomic1", "replay", "pub-plain", "pub-idem", "pub-async",
+            "pub-broker", "pub-floor")
+#: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
+BROKER_DURABILITY = ("idem-broker", "pub-broker")
+#: The variants that write the floor's intent before each publish.
+FLOOR_INTENT = ("floor-intent", "pub-floor")
+RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
+
+
+def sender(variant: str) -> Any:
+    """A function publishing one message of ``variant`` with a given producer and queue."""
+    from bench import onestmt
+    from bench.worker_app import app
+    from django_app.effects import bench_tasks as t
+
+    if variant in RAW_APP:
+        name = RAW_APP[variant]
+        return lambda key, queue, producer: app.send_task(
+            name, (key,), queue=queue, producer=producer)
+    task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
+            "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
+            "pub-async": t.bench_idem, "idem-broker": t.bench_idem, "pub-broker": t.bench_idem,
+            "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1,
+            "floor-django": t.bench_floor_django, "floor-intent": t.bench_floor_django,
+            "pub-floor": t.bench_plain}[variant]
+    if task is None:
+        raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
+    if variant in FLOOR_INTENT:
+        def send(key: str, queue: str, producer: Any) -> Any:
+            floor_intent(key)  # committed before the message leaves
+            return task.apply_async((key,), queue=queue, producer=producer)
+        return send
+    return lambda key, queue, producer: task.apply_async((key,), queue=queue, producer=producer)
+
+
+def floor_intent(key: str) -> None:
+    """The floor's intent of ``key``, autocommitted on this process's Django connection."""
+    from django.db import connection
+
+    from bench.floor_sql import INTENT
+
+    with connection.cursor() as cursor:
+        cursor.execute(INTENT[connection.vendor], (key,))
+
+
+@contextmanager
+def unflushed_intents() -> Iterator[None]:
+    """Prototype, this benchmark only: the intent's commit does not wait for the WAL flush
+    (written as a claim is, ``flush`` ignored). The library flushes it on purpose: an
+    intent lost in a PostgreSQL crash would leave its message to be refused as
+    IntentMissing."""
+    from celery_idem.backends.postgresql import PostgreSQLBackend
+
+    original = PostgreSQLBackend._write
+    PostgreSQLBackend._write = (  # type: ignore[method-assign]
+        lambda self, sql, params, flush=False: original(self, sql, params))
+    try:
+        yield
+    finally:
+        PostgreSQLBackend._write = original  # type: ignore[method-assign]
+
+
+def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:
+    """Publish one message per key; (wall seconds, this process's CPU seconds)."""
+    from django.test import override_settings
+
+    from bench.worker_app import app
+
+    send = sender(variant)
+    durability = override_settings(CELERY_IDEM_DURABILITY="broker") \
+        if variant in BROKER_DURABILITY else nullcontext()
+    with app.producer_or_acquire() as producer, durability, (
+            unflushed_intents() if variant == "pub-async" else nullcontext()):
+        cpu0, wall0 = sum(os.times()[:2]), time.perf_counter()
+        for key in keys:
+            send(key, queue, producer)
+        return time.perf_counter() - wall0, sum(os.times()[:2]) - cpu0
+
+
+def finished_keys(keys: list[str]) -> None:
+    """Make ``keys`` SUCCEEDED jobs as a first run would (for ``replay``; not timed)."""
+    from django.db import connection
+
+    scratch = c.new_queue("bench-scratch")
+    try:
+        publish("idem", keys, scratch)  # the intents, on a queue no worker reads
+    finally:
+        c.delete_queue(os.environ["BENCH_BROKER"], scratch)
+    with connection.cursor() as cursor:
+        cursor.execute(FINISH_PENDING[connection.vendor])
+
+
+#: finished_keys' statement, per vendor (the result is the key, as the task returns it).
+FINISH_PENDING = {
+    "postgresql": "UPDATE celery_idem_job SET state = 'SUCCEEDED', attempt = 1,"
+                  " result = to_jsonb(key), started_at = now(), finished_at = now()"
+                  " WHERE state = 'PENDING'",
+    "mysql": "UPDATE celery_idem_job SET state = 'SUCCEEDED', attempt = 1,"
+             " result = JSON_QUOTE(`key`), started_at = UTC_TIMESTAMP(6),"
+             " finished_at = UTC_TIMESTAMP(6) WHERE state = 'PENDING'",
+}
+
+
+def reset() -> None:
+    """Empty the tables a run writes: the library's, the effects, the floors' own."""
+    from django.db import connection
+
+    from bench.floor_sql import TABLE
+
+    c.reset_tables()
+    with connection.cursor() as cursor:  # the floors' table (floor, floor-django, -intent)
+        cursor.execute(TABLE[connection.vendor])
+        cursor.execute("TRUNCATE TABLE bench_floor_job")
+
+
+def effects(prefix: str) -> int:
+    from django_app.effects.models import Effect
+
+    return Effect.objects.filter(key__startswith=prefix).count()
