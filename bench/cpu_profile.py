@@ -13,7 +13,8 @@ one Effect row (one ORM INSERT): ``cpu.plain`` (the project's plain Celery task 
   in-memory transport (``--broker memory``, the default: the broker costs nothing, so the
   difference is the producer's) or a real Redis (``--broker redis``: the run's own queue,
   deleted afterwards). The idempotent publish writes its PENDING intent, outside a
-  transaction, on the process's bookkeeping connection (PostgreSQL);
+  transaction, on the process's bookkeeping connection (PostgreSQL; on MariaDB on
+  Django's own), or none with ``--durability broker``;
 - ``task``: each published message run through Celery's task tracer
   (``celery.app.trace.build_tracer``, what a pool child runs) in this process, with the
   request a worker builds from it (the key header for the idempotent one), under the
