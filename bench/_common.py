@@ -10,17 +10,17 @@ Every benchmark runs isolated from the test suite and from other engineers' runs
 - ``IDEM_VAR_DIR`` (default ``/tmp/idem-bench``) for worker logs.
 
 Every wait is bounded by a deadline.
+
+The worker subprocess is bench/worker_process.py and what a results file records of the
+run (versions, machine) bench/run_environment.py: the benchmarks import those apart.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import re
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -228,80 +228,7 @@ def clear_marks(queue: str) -> None:
                                             for k in ("n", "first", "last")))
 
 
-# -- worker --------------------------------------------------------------------------------
-
-class WorkerProcess:
-    """A ``celery worker`` subprocess (prefork) on one queue, with the benchmark app."""
-
-    def __init__(self, queue: str, concurrency: int = 2, conn: str = "fixup",
-                 extra_env: dict[str, str] | None = None, loglevel: str = "WARNING") -> None:
-        self.name = f"bench{uuid.uuid4().hex[:6]}"
-        self.log_path = Path(os.environ["IDEM_VAR_DIR"]) / f"{self.name}.log"
-        self.args = [
-            sys.executable, "-m", "celery", "-A", "bench.worker_app", "worker",
-            "-P", "prefork", "-c", str(concurrency), "--prefetch-multiplier", "1",
-            "-n", f"{self.name}@%h", "-Q", queue, "-l", loglevel,
-            "--without-mingle", "--without-gossip", "--without-heartbeat",
-        ]
-        self.env = {**os.environ, "IDEM_QUEUE": queue, "BENCH_CONN": conn,
-                    "BENCH_MARK_URL": MARK_URL, "PYTHONPATH": str(ROOT), **(extra_env or {})}
-        self.queue = queue
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> WorkerProcess:
-        log_file = self.log_path.open("ab")
-        self.process = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=log_file,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
-        return self
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def children(self) -> list[int]:
-        assert self.process is not None
-        try:
-            text = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            return []
-        return [int(p) for p in text.split()]
-
-    def rss_kib(self) -> dict[str, Any]:
-        """Resident memory of the main process and each pool child, in KiB."""
-        assert self.process is not None
-        main = _rss(self.process.pid)
-        kids = [_rss(p) for p in self.children()]
-        return {"main": main, "children": kids, "total": main + sum(kids)}
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if not self.alive():
-            return
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def __enter__(self) -> WorkerProcess:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-
-def _rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except FileNotFoundError:
-        pass
-    return 0
-
+# -- waiting -------------------------------------------------------------------------------
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25,
              alive: Callable[[], bool] | None = None, on_fail: Callable[[], str] | None = None
@@ -324,92 +251,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
 
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def _cmd_version(cmd: list[str], pattern: str) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(pattern, out)
-    return m.group(1) if m else out.strip()[:80] or None
-
-
-def environment() -> dict[str, Any]:
-    """Versions and machine, for the results file."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    pkgs = {}
-    for name in ("celery", "kombu", "billiard", "amqp", "redis", "django", "psycopg",
-                 "celery-once", "celery-idem"):
-        try:
-            pkgs[name] = version(name)
-        except PackageNotFoundError:
-            pkgs[name] = None
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_kib = 0
-    try:
-        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    server = {}
-    try:
-        from django.db import connection
-
-        with connection.cursor() as cursor:
-            if connection.vendor == "mysql":
-                cursor.execute("SELECT VERSION()")
-                server["mariadb"] = cursor.fetchone()[0]
-            else:
-                cursor.execute("SHOW server_version")
-                server["postgresql"] = cursor.fetchone()[0]
-                for name in ("fsync", "synchronous_commit", "shared_buffers"):
-                    cursor.execute(f"SHOW {name}")
-                    server[f"postgresql.{name}"] = cursor.fetchone()[0]
-    except Exception:  # noqa: BLE001 - Django not set up: leave it out
-        pass
-    try:
-        import redis
-
-        server["redis"] = redis.Redis(host=REDIS_HOST, port=REDIS_PORT).info()["redis_version"]
-    except Exception:  # noqa: BLE001
-        server["redis"] = None
-    server["rabbitmq"] = _rabbitmq_version()
-    try:
-        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "celery_idem"], cwd=ROOT,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except OSError:
-        git, dirty = "", False
-    return {
-        "python": platform.python_version(), "packages": pkgs, "servers": server,
-        "machine": {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem_kib / 2**20, 1),
-                    "kernel": platform.release()},
-        "git": git + ("+dirty(celery_idem)" if dirty else ""),
-        "loadavg": loadavg(),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-
-
-def _rabbitmq_version() -> str | None:
-    try:
-        from kombu import Connection
-
-        with Connection(BROKERS["rabbitmq"], connect_timeout=3) as conn:
-            conn.connect()
-            props = conn.connection.server_properties
-            v = props.get("version")
-            return v.decode() if isinstance(v, bytes) else v
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def write_result(name: str, data: dict[str, Any], out: str | None = None) -> Path:

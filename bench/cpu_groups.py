@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bench import _common as c
 from bench.stacks import Stack, pids_named
+from bench.worker_process import WorkerProcess
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -25,7 +25,7 @@ def ticks(pid: int, children: bool = False) -> int:
 class Groups:
     """CPU ticks of each process group, sampled before and after a run."""
 
-    def __init__(self, broker: str, worker: c.WorkerProcess | None, stack: Stack) -> None:
+    def __init__(self, broker: str, worker: WorkerProcess | None, stack: Stack) -> None:
         self.broker_pids = pids_named("redis-server") if broker == "redis" \
             else pids_named("beam.smp")
         self.worker = worker

@@ -57,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _callgrind, stacks  # noqa: E402
 from bench import _common as c  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
 
 LOOPS = ("publish-plain", "publish-idem", "task-plain", "task-idem")
 WARMUP = 50
@@ -260,7 +261,7 @@ def _run(args: argparse.Namespace, queue: str) -> int:
     take_over(app)  # the keep policy's prerun/postrun receivers, as in a worker
     tasks = dict(zip(("plain", "idem"), define_tasks(app), strict=True))
     c.reset_tables()
-    env = c.environment()
+    env = environment()
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in LOOPS}
     metrics = ("instr",) if COUNTER is not None else ("cpu_us", "wall_us")
     base = 0

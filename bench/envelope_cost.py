@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
 
 CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
 
@@ -107,7 +108,7 @@ def main() -> None:
     envelope.capture = real_capture  # type: ignore[assignment]
     c.reset_tables()
     c.write_result("envelope_cost", {
-        "command": c.command_line(), "environment": c.environment(),
+        "command": c.command_line(), "environment": environment(),
         "n": args.n, "rounds": args.rounds, "results": results,
     }, args.out)
 

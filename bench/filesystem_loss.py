@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
 
 TRANSPORTS = {"kombu": "filesystem", "celery_idem": "celery_idem.filesystem:Transport"}
 QUEUE = "loss"
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                for name, rs in rounds.items()}
     c.write_result("filesystem_loss", {
         "benchmark": "filesystem_loss", "command": c.command_line(),
-        "environment": c.environment(), "settings": vars(args), "rounds": rounds,
+        "environment": environment(), "settings": vars(args), "rounds": rounds,
         "summary": summary, "loadavg_end": c.loadavg(),
     }, args.out)
     for name, s in summary.items():

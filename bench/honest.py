@@ -93,7 +93,9 @@ from bench.honest_variants import (  # noqa: E402
     publish,
     reset,
 )
+from bench.run_environment import environment  # noqa: E402
 from bench.stacks import DB_GROUP, POSTGRES_ONLY, STACKS, Stack, opened  # noqa: E402
+from bench.worker_process import WorkerProcess  # noqa: E402
 
 WARMUP = 4
 
@@ -112,7 +114,7 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
         finished_keys(keys)
     worker = None
     if not variant.startswith("pub-"):
-        worker = c.WorkerProcess(queue, concurrency=2, extra_env={
+        worker = WorkerProcess(queue, concurrency=2, extra_env={
             "IDEM_WORKER_CONNECTIONS": policy, **(
                 {"CELERY_IDEM_DURABILITY": '"broker"'} if variant in BROKER_DURABILITY else {})})
         if variant in RAW_APP:
@@ -282,7 +284,7 @@ def measure(args: argparse.Namespace, brokers: list[str], variants: list[str],
     c.setup_django()
     import bench.worker_app  # noqa: F401 - the producer needs its configuration (ONCE)
 
-    env = c.environment()
+    env = environment()
     env["stack"] = stack.describe()
     timeout = args.timeout or (90 + 0.05 * args.n)
     runs: list[dict[str, Any]] = []

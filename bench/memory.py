@@ -21,13 +21,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
 from bench import throughput as tp  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
+from bench.worker_process import WorkerProcess  # noqa: E402
 
 
 def run(name: str, n: int, conn: str, broker: str) -> dict[str, Any]:
     queue = c.new_queue(f"bench-mem-{name}")
     c.reset_tables()
     tp.publish(name, n, queue, uuid.uuid4().hex[:8])
-    worker = c.WorkerProcess(queue, conn=conn)
+    worker = WorkerProcess(queue, conn=conn)
     warm_at = min(100, n)
     try:
         with worker:
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     c.setup_django()
     import bench.worker_app  # noqa: F401
 
-    env = c.environment()
+    env = environment()
     runs = []
     for rnd in range(args.rounds):
         for name in args.variants.split(","):

@@ -27,479 +27,56 @@ connection, all autocommit:
   reconnect): what a worker process spends per task; ``prepared+rodup``: the same with
   the proposed changes prototyped in bench/worker_app.py (server-side prepared
   statements; no ``duplicate`` history line on a replay).
+
+Part 1's paths are bench/protocol_paths.py, part 2's loops bench/protocol_loops.py, what
+both run a task with bench/protocol_tracer.py and what part 1 counts with
+bench/protocol_counter.py; this module runs them and prints the tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-import time
 import uuid
-from contextlib import ExitStack, contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
-
-QUEUE = "bench-protocol"
-
-
-# -- counting ------------------------------------------------------------------------------
-
-class Counter:
-    """Statements (Django's query log) and round trips (libpq trace) within a block."""
-
-    def __init__(self) -> None:
-        self.statements: list[str] = []
-        self.round_trips = 0
-        self.elapsed_us = 0.0
-        self.per_connection: dict[str, dict[str, int]] = {}
-
-    def as_dict(self) -> dict[str, Any]:
-        kinds: dict[str, int] = {}
-        for sql in self.statements:
-            kinds[_kind(sql)] = kinds.get(_kind(sql), 0) + 1
-        return {"statements": len(self.statements), "round_trips": self.round_trips,
-                "per_connection": self.per_connection,
-                "by_kind": kinds, "elapsed_us": round(self.elapsed_us, 1),
-                "sql": [s[:160] for s in self.statements]}
-
-
-def _kind(sql: str) -> str:
-    s = sql.lstrip().upper()
-    if s.startswith("WITH"):
-        # a data-modifying CTE: name it by its first write
-        for word in ("INSERT", "UPDATE", "DELETE"):
-            if word in s:
-                return f"WITH..{word}"
-        return "WITH..SELECT"
-    return s.split(None, 1)[0] if s else "?"
-
-
-def _connections() -> list[tuple[str, Any]]:
-    """Django's connection, and the plugin's dedicated bookkeeping connection if it has
-    one (celery_idem.connection: default-mode claims and commits in a worker)."""
-    from django.db import connection
-
-    found = [("django", connection)]
-    try:
-        from celery_idem.connection import bookkeeping_connection
-    except ImportError:
-        return found
-    found.append(("dedicated", bookkeeping_connection("default")))
-    return found
-
-
-@contextmanager
-def count() -> Any:
-    """Statements and round trips on every connection the plugin may use."""
-    from django.test.utils import CaptureQueriesContext
-
-    result = Counter()
-    with ExitStack() as stack:
-        captures, traces = [], []
-        for label, conn in _connections():
-            capture = stack.enter_context(CaptureQueriesContext(conn))
-            captures.append((label, capture))
-            pgconn = conn.connection.pgconn
-            fd, path = tempfile.mkstemp(prefix="libpq-trace-")
-            pgconn.trace(fd)
-            traces.append((label, pgconn, fd, path))
-        started = time.perf_counter()
-        try:
-            yield result
-        finally:
-            result.elapsed_us = 1e6 * (time.perf_counter() - started)
-            texts = {}
-            for label, pgconn, fd, path in traces:
-                pgconn.untrace()
-                os.close(fd)
-                texts[label] = Path(path).read_text(errors="replace")
-                os.unlink(path)
-    result.statements = [q["sql"] for _, cap in captures for q in cap.captured_queries]
-    result.per_connection = {
-        label: {"statements": len(cap.captured_queries),
-                "round_trips": sum(1 for line in texts[label].splitlines()
-                                   if "ReadyForQuery" in line)}
-        for label, cap in captures}
-    result.round_trips = sum(v["round_trips"] for v in result.per_connection.values())
-
-
-# -- running a task as a pool child would --------------------------------------------------
-
-_tracers: dict[str, Any] = {}
-
-
-def run_task(task: Any, args: tuple[Any, ...], key: str | None = None,
-             task_id: str | None = None, retries: int = 0) -> Any:
-    """Run ``task`` through Celery's tracer, as the worker's pool child does."""
-    from celery.app.trace import build_tracer
-
-    from bench.worker_app import app
-    from celery_idem.producer import KEY_HEADER as HEADER
-
-    tracer = _tracers.get(task.name)
-    if tracer is None:
-        tracer = _tracers[task.name] = build_tracer(
-            task.name, task, app=app, eager=False, propagate=False, hostname="bench@local")
-    task_id = task_id or str(uuid.uuid4())
-    request = {
-        "id": task_id, "task": task.name, "retries": retries, "args": list(args),
-        "kwargs": {}, "hostname": "bench@local", "is_eager": False,
-        "delivery_info": {"exchange": "", "routing_key": QUEUE, "priority": 0,
-                          "redelivered": False},
-        "reply_to": None, "correlation_id": task_id, "timelimit": (None, None),
-        "root_id": task_id, "parent_id": None,
-    }
-    if key is not None:
-        request[HEADER] = key
-        request["headers"] = {HEADER: key}
-    out = tracer(task_id, list(args), {}, request)
-    return out
-
-
-# -- part 1: statements and round trips per path ---------------------------------------------
-
-def paths() -> dict[str, Any]:
-    from django.db import connection
-
-    from django_app.effects import bench_tasks as t
-
-    out: dict[str, Any] = {}
-    tag = uuid.uuid4().hex[:6]
-
-    def key_of(name: str) -> str:
-        return f"{tag}-{name}"
-
-    # plain task, for reference: one INSERT
-    with count() as n:
-        run_task(t.bench_plain, (key_of("plain"),))
-    out["plain task (reference)"] = n.as_dict()
-
-    # producer: the PENDING intent (outside a transaction on the bookkeeping connection,
-    # whose first use of a statement prepares it: warm it first, as a producer's is)
-    t.bench_idem.apply_async((key_of("warm"),), queue=QUEUE)
-    with count() as n:
-        t.bench_idem.apply_async((key_of("fresh"),), queue=QUEUE)
-    out["publish (producer intent)"] = n.as_dict()
-
-    ikey = "bench/" + key_of("fresh")
-    with count() as n:
-        run_task(t.bench_idem, (key_of("fresh"),), key=ikey)
-    out["fresh run (default)"] = _beyond_body(n.as_dict())
-
-    with count() as n:
-        run_task(t.bench_idem, (key_of("fresh"),), key=ikey)
-    out["replay of a finished key (default)"] = _beyond_body(n.as_dict(), body=0)
-
-    t.bench_atomic.apply_async((key_of("atomic"),), queue=QUEUE)
-    akey = "bench/" + key_of("atomic")
-    with count() as n:
-        run_task(t.bench_atomic, (key_of("atomic"),), key=akey)
-    out["fresh run (atomic)"] = _beyond_body(n.as_dict())
-    with count() as n:
-        run_task(t.bench_atomic, (key_of("atomic"),), key=akey)
-    out["replay of a finished key (atomic)"] = _beyond_body(n.as_dict(), body=0)
-
-    # in-progress duplicate: another attempt holds a live claim
-    t.bench_idem.apply_async((key_of("busy"),), queue=QUEUE)
-    bkey = "bench/" + key_of("busy")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE celery_idem_job SET state = 'RUNNING', attempt = 1, worker = 'other/1',"
-            " task_id = 'other', lease_expires_at = now() + interval '1 hour'"
-            " WHERE namespace = %s AND key = %s", [t.bench_idem.name, bkey])
-    with count() as n:
-        run_task(t.bench_idem, (key_of("busy"),), key=bkey)
-    out["in-progress duplicate (on_in_progress=retry)"] = _beyond_body(n.as_dict(), body=0)
-
-    # retry: attempt 1 asks for a retry, attempt 2 succeeds (same task id, as Celery does)
-    t.bench_retry.apply_async((key_of("retry"),), queue=QUEUE)
-    rkey = "bench-retry/" + key_of("retry")
-    tid = str(uuid.uuid4())
-    with count() as n:
-        run_task(t.bench_retry, (key_of("retry"),), key=rkey, task_id=tid)
-    out["retry: attempt 1 (self.retry)"] = _beyond_body(n.as_dict())
-    with count() as n:
-        run_task(t.bench_retry, (key_of("retry"),), key=rkey, task_id=tid, retries=1)
-    out["retry: attempt 2 (succeeds)"] = _beyond_body(n.as_dict())
-
-    # the same default-mode paths with the proposed fixes (bench/worker_app.py PATCHES)
-    def fixed_paths() -> None:
-        t.bench_idem.apply_async((key_of("fixed"),), queue=QUEUE)
-        fkey = "bench/" + key_of("fixed")
-        for _ in range(6):  # warm: the connection opens and prepares its statements
-            t.bench_idem.apply_async((key_of("warm") + str(_),), queue=QUEUE)
-            run_task(t.bench_idem, (key_of("warm") + str(_),), key="bench/" + key_of("warm") + str(_))
-        with count() as n:
-            run_task(t.bench_idem, (key_of("fixed"),), key=fkey)
-        out["fresh run (default), proposed fixes"] = _beyond_body(n.as_dict())
-        with count() as n:
-            run_task(t.bench_idem, (key_of("fixed"),), key=fkey)
-        out["replay of a finished key (default), proposed fixes"] = _beyond_body(
-            n.as_dict(), body=0)
-        return 0.0
-
-    patched(fixed_paths)
-    out.update(reaper_paths(tag))
-    return out
-
-
-def _beyond_body(d: dict[str, Any], body: int = 1) -> dict[str, Any]:
-    """The body writes one row (one statement, one round trip) in these tasks."""
-    d["body_statements"] = body
-    d["protocol_statements"] = d["statements"] - body
-    d["protocol_round_trips"] = d["round_trips"] - body
-    return d
-
-
-def reaper_paths(tag: str) -> dict[str, Any]:
-    try:
-        from celery_idem.recovery import reap
-    except ImportError as exc:
-        return {"recovery pass": {"pending": f"celery_idem.recovery not importable: {exc}"}}
-    from django.db import connection
-
-    from django_app.effects import bench_tasks as t
-
-    out: dict[str, Any] = {}
-    now = datetime.now(UTC)
-    with count() as n:
-        reap(now=now)
-    out["recovery pass, nothing to do"] = n.as_dict()
-    for i in range(10):
-        t.bench_idem.apply_async((f"{tag}-stale-{i}",), queue=QUEUE)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE celery_idem_job SET state = 'RUNNING', attempt = 1, worker = 'dead/1',"
-            " lease_expires_at = now() - interval '1 minute', updated_at = now()"
-            " WHERE key LIKE %s", [f"bench/{tag}-stale-%"])
-    with count() as n:
-        report = reap(now=datetime.now(UTC))
-    d = n.as_dict()
-    d["report"] = str(report)
-    d["per_stale_claim_statements"] = round((d["statements"] - out[
-        "recovery pass, nothing to do"]["statements"]) / 10, 2)
-    out["recovery pass, 10 stale claims"] = d
-    return out
-
-
-# -- part 2: microseconds ------------------------------------------------------------------------
-
-def _pending(task: Any, n: int, tag: str) -> list[Any]:
-    """n PENDING jobs of ``task`` (published through the producer path) and their intents."""
-    intents = []
-    for i in range(n):
-        key = f"{tag}-{i}"
-        task.apply_async((key,), queue=QUEUE)
-        intents.append(task.intent((key,)))
-    return intents
-
-
-def loop_plugin(intents: list[Any], dedicated: bool = False) -> float:
-    """claims.acquire + Claim.succeed; ``dedicated``: on the worker's own connection."""
-    from celery_idem import claims
-
-    extra = {"dedicated": True} if dedicated else {}
-    started = time.perf_counter()
-    for intent in intents:
-        _, claim = claims.acquire(intent, worker="bench/1", task_id=str(uuid.uuid4()),
-                                  lease_seconds=3600, using="default", **extra)
-        assert claim is not None and claim.succeed(intent.key)
-    return time.perf_counter() - started
-
-
-def capture_statements(intent: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The (sql, params) the plugin sends for one claim+commit."""
-    from django.db import connection
-
-    from celery_idem import claims
-
-    seen: list[tuple[str, Any]] = []
-
-    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        seen.append((sql, dict(params) if isinstance(params, dict) else params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(wrapper):
-        _, claim = claims.acquire(intent, worker="bench/1", task_id="capture",
-                                  lease_seconds=3600, using="default")
-        assert claim is not None and claim.succeed(intent.key)
-    if len(seen) != 2:
-        raise RuntimeError(f"expected 2 statements for claim+commit, saw {len(seen)}")
-    return seen
-
-
-def _raw_conn() -> Any:
-    import psycopg
-    from django.db import connection
-
-    s = connection.settings_dict
-    return psycopg.connect(dbname=s["NAME"], user=s["USER"], host=s["HOST"], port=s["PORT"],
-                           autocommit=True, cursor_factory=psycopg.ClientCursor)
-
-
-def loop_raw_same(conn: Any, template: list[tuple[str, dict[str, Any]]],
-                  intents: list[Any], prepare: bool = False) -> float:
-    """The plugin's two statements through psycopg; ``prepare``: server-side binding and
-    named prepared statements (psycopg ``prepare=True``), so PostgreSQL plans them once
-    per connection instead of once per execution."""
-    import json
-
-    import psycopg
-
-    (claim_sql, claim_p), (commit_sql, commit_p) = template
-    cursor = psycopg.Cursor(conn) if prepare else psycopg.ClientCursor(conn)
-    opts = {"prepare": True} if prepare else {}
-    started = time.perf_counter()
-    for intent in intents:
-        now = datetime.now(UTC)
-        p = dict(claim_p)
-        p.update(key=intent.key, fingerprint=intent.fingerprint, task_id=str(uuid.uuid4()),
-                 now=now, lease=now + timedelta(hours=1))
-        if "args" in p:
-            p["args"] = json.dumps(intent.args)
-        row = cursor.execute(claim_sql, p, **opts).fetchone()
-        assert row[0] is True, row
-        job_id, attempt = row[_ID_POS], row[_ATTEMPT_POS]
-        q = dict(commit_p)
-        q.update(id=job_id, attempt=attempt, now=now, task_id=p["task_id"])
-        if "v_finished_at" in q:
-            q["v_finished_at"] = now
-        if "v_result" in q:
-            q["v_result"] = json.dumps(intent.key)
-        assert cursor.execute(commit_sql, q, **opts).fetchone()[0] == 1
-    return time.perf_counter() - started
-
-
-def loop_raw_replay(conn: Any, template: list[tuple[str, dict[str, Any]]],
-                    intents: list[Any], read_only: bool) -> float:
-    """A replay of finished keys: the plugin's claim statement as sent (its ``duplicate``
-    history line makes it a write, so its commit waits for a WAL flush), or
-    (``read_only``) a plain SELECT of the row, what a replay without that line costs."""
-    import json
-
-    from celery_idem.backends.values import ROW_COLUMNS
-
-    claim_sql, claim_p = template[0]
-    select = f"SELECT {', '.join(ROW_COLUMNS)} FROM celery_idem_job WHERE namespace = %s AND key = %s"
-    started = time.perf_counter()
-    for intent in intents:
-        if read_only:
-            row = conn.execute(select, (intent.namespace, intent.key)).fetchone()
-            assert row is not None
-            continue
-        now = datetime.now(UTC)
-        p = dict(claim_p)
-        p.update(key=intent.key, fingerprint=intent.fingerprint, task_id=str(uuid.uuid4()),
-                 now=now, lease=now + timedelta(hours=1))
-        if "args" in p:
-            p["args"] = json.dumps(intent.args)
-        row = conn.execute(claim_sql, p).fetchone()
-        assert row[0] is False, row
-    return time.perf_counter() - started
-
-
-_ATTEMPT_POS = 0
-_ID_POS = 0
-
-
-def loop_raw_minimal(conn: Any, intents: list[Any]) -> float:
-    started = time.perf_counter()
-    for intent in intents:
-        row = conn.execute(
-            "UPDATE celery_idem_job SET state = 'RUNNING', attempt = attempt + 1,"
-            " lease_expires_at = now() + interval '1 hour'"
-            " WHERE namespace = %s AND key = %s AND state = 'PENDING' RETURNING id, attempt",
-            (intent.namespace, intent.key)).fetchone()
-        cur = conn.execute(
-            "UPDATE celery_idem_job SET state = 'SUCCEEDED', result = to_jsonb(key),"
-            " finished_at = now() WHERE id = %s AND attempt = %s AND state = 'RUNNING'", row)
-        assert cur.rowcount == 1
-    return time.perf_counter() - started
-
-
-def loop_raw_insert(conn: Any, n: int, tag: str) -> float:
-    started = time.perf_counter()
-    for i in range(n):
-        conn.execute("INSERT INTO effects_effect (key, pid, created_at) VALUES (%s, %s, now())",
-                     (f"{tag}-{i}", os.getpid()))
-    return time.perf_counter() - started
-
-
-def loop_reconnect(n: int) -> float:
-    """What Celery 5.6+'s Django fixup costs per task: close, reconnect, one query."""
-    from django.db import connection
-
-    started = time.perf_counter()
-    for _ in range(n):
-        connection.close()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    return time.perf_counter() - started
-
-
-def loop_select1(n: int) -> float:
-    """One round trip on a kept connection, for scale."""
-    from django.db import connection
-
-    started = time.perf_counter()
-    for _ in range(n):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    return time.perf_counter() - started
-
-
-def loop_tasks(task: Any, keys: list[str], header_prefix: str | None) -> float:
-    started = time.perf_counter()
-    for key in keys:
-        run_task(task, (key,), key=None if header_prefix is None else header_prefix + key)
-    return time.perf_counter() - started
-
-
-def _has_dedicated() -> bool:
-    import inspect
-
-    from celery_idem import claims
-
-    return "dedicated" in inspect.signature(claims.acquire).parameters
-
-
-def patched(fn: Any, names: tuple[str, ...] = ("prepared", "rodup", "dedfix")) -> float:
-    """Run ``fn`` with the proposed changes prototyped in bench/worker_app.py applied."""
-    from bench.worker_app import PATCHES
-
-    undo = [PATCHES[name]() for name in names]
-    try:
-        return fn()
-    finally:
-        for u in undo:
-            u()
+from bench.protocol_loops import (  # noqa: E402
+    capture_statements,
+    has_dedicated,
+    locate_claim_columns,
+    loop_plugin,
+    loop_raw_insert,
+    loop_raw_minimal,
+    loop_raw_replay,
+    loop_raw_same,
+    loop_reconnect,
+    loop_select1,
+    loop_tasks,
+    pending_intents,
+    raw_connection,
+)
+from bench.protocol_paths import paths  # noqa: E402
+from bench.protocol_tracer import QUEUE, patched  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
 
 
 def timings(iterations: int, rounds: int) -> dict[str, Any]:
-    global _ATTEMPT_POS, _ID_POS
-    from celery_idem.backends.values import ROW_COLUMNS
     from django_app.effects import bench_tasks as t
 
-    # A claim row is (won, recorded, *ROW_COLUMNS).
-    _ATTEMPT_POS = 2 + list(ROW_COLUMNS).index("attempt")
-    _ID_POS = 2 + list(ROW_COLUMNS).index("id")
-    assert ROW_COLUMNS[0] == "id"
+    locate_claim_columns()
     samples: dict[str, list[float]] = {}
-    conn = _raw_conn()
-    template = capture_statements(_pending(t.bench_idem, 1, uuid.uuid4().hex[:6])[0])
+    conn = raw_connection()
+    template = capture_statements(pending_intents(t.bench_idem, 1, uuid.uuid4().hex[:6])[0])
     try:
         for rnd in range(rounds):
             c.reset_tables()
             tag = uuid.uuid4().hex[:6]
             # one fresh set of PENDING rows per loop, published (not timed)
-            sets = {name: _pending(t.bench_idem, iterations, f"{tag}{name}")
+            sets = {name: pending_intents(t.bench_idem, iterations, f"{tag}{name}")
                     for name in ("plugin", "dedicated", "dedfix", "raw", "prepared",
                                  "minimal")}
             for name, task in (("idem", t.bench_idem), ("atomic", t.bench_atomic),
@@ -509,9 +86,9 @@ def timings(iterations: int, rounds: int) -> dict[str, Any]:
             loops = [
                 ("plugin claim+commit", lambda: loop_plugin(sets["plugin"])),
                 ("plugin claim+commit, dedicated connection", lambda: loop_plugin(
-                    sets["dedicated"], dedicated=_has_dedicated())),
+                    sets["dedicated"], dedicated=has_dedicated())),
                 ("plugin claim+commit, dedicated connection, dedfix", lambda: patched(
-                    lambda: loop_plugin(sets["dedfix"], dedicated=_has_dedicated()),
+                    lambda: loop_plugin(sets["dedfix"], dedicated=has_dedicated()),
                     ("dedfix",))),
                 ("raw same 2 statements", lambda: loop_raw_same(conn, template, sets["raw"])),
                 ("raw same 2 statements, prepared", lambda: loop_raw_same(
@@ -571,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench.worker_app  # noqa: F401  (registers the benchmark tasks)
 
     c.reset_tables()
-    env = c.environment()
+    env = environment()
     counted = paths()
     for name, d in counted.items():
         if "statements" in d:

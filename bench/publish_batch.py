@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
 from bench.stacks import STACKS, Stack, opened  # noqa: E402
 
 CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
@@ -135,7 +136,7 @@ def measure(args: argparse.Namespace, queue: str, stack: Stack) -> None:
             "intent_statements_per_batch": statements[name],
         }
         c.log(name, results[name])
-    env = c.environment()
+    env = environment()
     env["stack"] = stack.describe()
     c.write_result("publish_batch" if stack.name == "postgres"
                    else f"publish_batch-{stack.name}", {

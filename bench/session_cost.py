@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
 from bench.cpu_groups import CLK, ticks  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
 from bench.stacks import Stack  # noqa: E402
 
 _STACK = Stack("postgres")
@@ -187,7 +188,7 @@ def main(argv: list[str]) -> int:
     for variant, kinds in summary.items():
         print(variant, {k: {m: round(v, 3) for m, v in s.items()} for k, s in kinds.items()})
     c.write_result("session_cost", {
-        "command": c.command_line(), "environment": c.environment(), "n": args.n,
+        "command": c.command_line(), "environment": environment(), "n": args.n,
         "rounds": rounds, "summary": summary, "loadavg_before_after": load,
     }, args.out)
     return 0

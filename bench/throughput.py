@@ -38,6 +38,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
+from bench.worker_process import WorkerProcess  # noqa: E402
 
 VARIANTS = ("plain", "once", "idem", "atomic", "replay3", "replay")
 DEFAULT_VARIANTS = "plain,once,idem,atomic,replay3,replay"
@@ -159,7 +161,7 @@ def run_one(broker: str, name: str, conn: str, n: int, concurrency: int,
     sessions_before = c.sessions_opened()
     since = db_now()
     policy, *patches = conn.split("+")
-    worker = c.WorkerProcess(queue, concurrency=concurrency, conn=policy,
+    worker = WorkerProcess(queue, concurrency=concurrency, conn=policy,
                              extra_env={"BENCH_PATCH": ",".join(patches)})
     deadline = timeout or (90 + 0.05 * messages)
     try:
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     c.configure(brokers[0])
     c.setup_django()
     variants = [parse_variant(v) for v in args.variants.split(",") if v]
-    env = c.environment()
+    env = environment()
     runs: list[dict[str, Any]] = []
     started = time.time()
     for broker in brokers:

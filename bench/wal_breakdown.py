@@ -37,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
 
 QUEUE = "bench-wal"
 STATEMENTS = ("intent", "claim", "body", "commit")
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench.worker_app  # noqa: F401  (registers the benchmark tasks)
 
     c.reset_tables()
-    env = c.environment()
+    env = environment()
     data = {"benchmark": "wal_breakdown", "command": c.command_line(), "environment": env,
             "settings": {"n": args.n, "checkpoint": not args.no_checkpoint, "pad": args.pad}}
     for name in ("plain", "idem"):

@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
 from bench import wal_breakdown as wb  # noqa: E402
+from bench.run_environment import environment  # noqa: E402
 
 SCHEMA = "wal_layouts"
 _IDENTITY = ("id bigserial PRIMARY KEY, namespace varchar(200) NOT NULL, key varchar(255)"
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     values = envelope()
     data: dict[str, Any] = {
         "benchmark": "wal_layouts", "command": c.command_line(),
-        "environment": c.environment(), "settings": {"n": args.n},
+        "environment": environment(), "settings": {"n": args.n},
         "message_json_bytes": len(values["message"]),
         "plain": wb.measure("plain", args.n, True), "layouts": {}}
     plain = data["plain"]["bytes_without_fpi_per_task"]
