@@ -7,22 +7,12 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from bench._common import BROKERS, REDIS_HOST, REDIS_PORT, ROOT, loadavg
-
-
-def _cmd_version(cmd: list[str], pattern: str) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(pattern, out)
-    return m.group(1) if m else out.strip()[:80] or None
 
 
 def environment() -> dict[str, Any]:
