@@ -121,8 +121,8 @@ TIERS = [
          tuple([f"tests/integration/test_{name}.py" for name in (
              "pooler", "duplicates", "outbox", "batching", "recovery", "handback", "steps",
              "worker_connections")] + [f"tests/db/test_{name}.py" for name in (
-                 "reaper", "reaper_beat", "reaper_hooks", "envelope_recovery",
-                 "handback_paths")]),
+                 "reaper_stale_claims", "reaper_lost_messages", "reaper_passes",
+                 "reaper_beat", "reaper_hooks", "envelope_recovery", "handback_paths")]),
          {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
          ("postgres", "redis"), server="pgbouncer",
          full_paths=tuple(f"tests/integration/test_{name}.py" for name in (

@@ -12,6 +12,12 @@ from celery_idem.backends.generic import GenericBackend
 from celery_idem.backends.values import Intent
 from celery_idem.testing import use_backend
 
+#: Test helper modules with asserts of their own (the admin actions' operator, the model
+#: test's rows and rules, the recovery pass's helpers): pytest rewrites them as it does a
+#: test module, so a failing assert shows its values. Registered before a test imports them.
+pytest.register_assert_rewrite("tests.db.admin_operator", "tests.db.model_rows",
+                               "tests.db.model_rules", "tests.db.reaping")
+
 #: Tests of SQL that only PostgreSQL runs; they run in the postgres tiers.
 POSTGRES_ONLY = ["test_claim_plan.py"]
 collect_ignore = POSTGRES_ONLY if settings.DATABASE_KIND != "postgres" else []
