@@ -38,6 +38,9 @@ class Fault:
 #: at its moment in the plan and, if it never struck there, once more after the plan.
 TRIES = 3
 LATE_TRIES = 12
+#: The jobs each fault that strikes a busy pool child may hit (the zombie only those whose
+#: late commit is fenced; an atomic one's would roll back with its effect).
+BUSY_KINDS = {"kill_child": ("atomic", "charge", "count"), "zombie": ("charge", "count")}
 
 
 def schedule(rng: random.Random, duration: float, redis: bool) -> list[tuple[float, str]]:
@@ -57,7 +60,8 @@ class Injector(threading.Thread):
 
     def __init__(self, plan: list[tuple[float, str]], rng: random.Random, fleet: Fleet,
                  postgres: Postgres | MariaDB, redis: Redis | None, folder: Path, lease: float,
-                 queue: str, canaries: Callable[[], list[tuple[str, list[str]]]]) -> None:
+                 queue: str, canaries: Callable[[], list[tuple[str, list[str]]]],
+                 target: Callable[[str], str]) -> None:
         super().__init__(name="chaos-faults", daemon=True)
         self.plan = plan
         self.rng = rng
@@ -68,6 +72,7 @@ class Injector(threading.Thread):
         self.lease = lease
         self.queue = queue
         self.canaries = canaries
+        self.target = target
         self.faults: list[Fault] = []
         self.skipped: list[str] = []
         self.errors: list[str] = []
@@ -84,14 +89,18 @@ class Injector(threading.Thread):
         # what they dropped) tries again after the plan: every kind must strike once.
         for kind in sorted(set(self.skipped) - {fault.kind for fault in self.faults}):
             if not self.stopping.is_set():
-                self._strike(kind, LATE_TRIES)
+                self._strike(kind, LATE_TRIES, late=True)
 
-    def _strike(self, kind: str, tries: int) -> None:
+    def _strike(self, kind: str, tries: int, late: bool = False) -> None:
         try:
             # A fault whose target is not there (no busy child within the pick's wait,
             # on a slow machine) tries again.
             fault = None
             for _ in range(tries):
+                if late and kind in BUSY_KINDS and not self._busy(BUSY_KINDS[kind]):
+                    # After the plan the publisher may be done and every child idle: the
+                    # fault gets a job of its own to strike (a new key, checked as all).
+                    self.target(BUSY_KINDS[kind][-1])
                 fault = getattr(self, kind)()
                 if fault is not None or self.stopping.is_set():
                     break
@@ -142,7 +151,7 @@ class Injector(threading.Thread):
     # -- the faults --------------------------------------------------------------------
 
     def kill_child(self) -> Fault | None:
-        picked = self._signal_busy(("atomic", "charge", "count"), signal.SIGKILL)
+        picked = self._signal_busy(BUSY_KINDS["kill_child"], signal.SIGKILL)
         if picked is None:
             return None
         pid, marker = picked
@@ -161,7 +170,7 @@ class Injector(threading.Thread):
         """Freeze a child past its lease; resume it once its claim was taken over."""
         from celery_idem.models import Job
 
-        picked = self._signal_busy(("charge", "count"), signal.SIGSTOP)
+        picked = self._signal_busy(BUSY_KINDS["zombie"], signal.SIGSTOP)
         if picked is None:
             return None
         pid, marker = picked

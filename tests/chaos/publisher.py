@@ -49,18 +49,34 @@ class Publisher:
 
     def canaries(self, count: int = 3) -> list[tuple[str, list[str]]]:
         """``count`` new keys, each published twice now: (key, task ids)."""
+        sent = []
+        for _ in range(count):
+            n = self._extra()
+            ids = [self.send(n, 0.05), self.send(n, 0.05)]
+            sent.append((f"chaos/{KINDS[n % 3]}/{n}", ids))
+        return sent
+
+    def target(self, kind: str) -> str:
+        """A new key of ``kind``, published once now, whose attempt holds its pool child
+        for a second: something for a fault to strike once the run's own jobs are done.
+        Its key."""
+        n = self._extra(kind)
+        self.send(n, max(self.hold, 1.0))
+        return f"chaos/{kind}/{n}"
+
+    def _extra(self, kind: str | None = None) -> int:
+        """The number of a new job beyond the run's own (of ``kind``, if given)."""
         from django.db import connections
 
         # Called from the fault injector's thread, whose Django connection may predate a
         # database restart (on MariaDB the intent is written on Django's connection).
         connections.close_all()
-        sent = []
-        for _ in range(count):
-            with self._lock:
-                n, self._next_extra = self._next_extra, self._next_extra + 1
-            ids = [self.send(n, 0.05), self.send(n, 0.05)]
-            sent.append((f"chaos/{KINDS[n % 3]}/{n}", ids))
-        return sent
+        with self._lock:
+            n = self._next_extra
+            while kind is not None and KINDS[n % 3] != kind:
+                n += 1
+            self._next_extra = n + 1
+        return n
 
     def run(self, progress) -> None:
         """Publish every job's copies at their moments; a publish that fails (PostgreSQL

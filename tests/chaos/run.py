@@ -169,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         queue = f"chaos-{run_id}"
         redis = None
         if args.broker == "redis":
-            redis = Redis(folder / "redis", free_port(63790))
+            # Ports apart per database: the MariaDB tier's run can start its Redis at the
+            # same moment as a PostgreSQL tier's (tests/run.py runs them side by side).
+            redis = Redis(folder / "redis",
+                          free_port(63890 if args.database == "mariadb" else 63790))
             stack.callback(redis.stop)
             redis.start()
             broker = f"redis://127.0.0.1:{redis.port}/0"
@@ -186,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet.start()
         publisher = Publisher(args.jobs, args.duration, args.hold, rng, folder, provider.url)
         injector = Injector(schedule(rng, args.duration, redis is not None), rng, fleet,
-                            database, redis, folder, LEASE, queue, publisher.canaries)
+                            database, redis, folder, LEASE, queue, publisher.canaries,
+                            publisher.target)
         stack.callback(injector.stopping.set)
         setup = time.monotonic() - began
         print(f"setup {setup:.0f}s; logs in {folder}", flush=True)
@@ -223,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem in injector.errors:
         print(f"FAILED a fault could not be injected: {problem}")
     if injector.skipped:
-        print(f"skipped (no busy child at that moment; tried again after the plan): "
+        print(f"skipped (no busy child at that moment; tried again after the plan, on a job of its own): "
               f"{dict(Counter(injector.skipped))}")
     for fault in injector.faults:
         print(f"fault at +{fault.at - wall_start:.1f}s: {fault.kind} {fault.detail}")

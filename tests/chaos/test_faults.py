@@ -1,5 +1,6 @@
 """The chaos suite's fault plan: every kind of fault must strike once, so one that found
-no target at its moments tries again after the plan (tests/chaos/faults.py)."""
+no target at its moments tries again after the plan, on a job published for it when every
+child is idle (tests/chaos/faults.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,17 @@ class IdleFleet(Injector):
 
     def __init__(self, idle: int) -> None:
         super().__init__([(0.0, "zombie")], random.Random(1), None, None, None, None,  # type: ignore[arg-type]
-                         1.0, "q", lambda: [])
+                         1.0, "q", lambda: [], self.publish_target)
         self.idle = idle
         self.looks = 0
+        self.targets: list[tuple[int, str]] = []  # (looks so far, kind) per target published
+
+    def publish_target(self, kind: str) -> str:
+        self.targets.append((self.looks, kind))
+        return f"chaos/{kind}/{len(self.targets)}"
+
+    def _busy(self, kinds: tuple[str, ...]) -> list:
+        return []
 
     def zombie(self) -> Fault | None:
         self.looks += 1
@@ -30,6 +39,8 @@ def test_a_fault_with_no_target_at_its_moment_strikes_after_the_plan():
     assert [f.kind for f in injector.faults] == ["zombie"]
     assert injector.skipped == ["zombie"]  # reported as skipped at its moment
     assert injector.looks == faults.TRIES + 1
+    # At its moment the run's own jobs are the targets; after the plan it gets one of its own.
+    assert injector.targets == [(faults.TRIES, faults.BUSY_KINDS["zombie"][-1])]
 
 
 def test_a_fault_that_never_finds_a_target_is_left_missing():
@@ -37,3 +48,5 @@ def test_a_fault_that_never_finds_a_target_is_left_missing():
     injector.run()
     assert injector.faults == []
     assert injector.looks == faults.TRIES + faults.LATE_TRIES
+    assert [looks for looks, _ in injector.targets] == list(
+        range(faults.TRIES, faults.TRIES + faults.LATE_TRIES))
