@@ -6,6 +6,7 @@ in rounds; they are apart from it so that what a loop does reads apart from the 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -68,13 +69,21 @@ def raw_connection() -> Any:
                            autocommit=True, cursor_factory=psycopg.ClientCursor)
 
 
+def _claim_params(captured: dict[str, Any], intent: Any, now: datetime) -> dict[str, Any]:
+    """The captured claim's parameters, for ``intent`` now (a fresh task id and lease)."""
+    params = dict(captured)
+    params.update(key=intent.key, fingerprint=intent.fingerprint, task_id=str(uuid.uuid4()),
+                  now=now, lease=now + timedelta(hours=1))
+    if "args" in params:
+        params["args"] = json.dumps(intent.args)
+    return params
+
+
 def loop_raw_same(conn: Any, template: list[tuple[str, dict[str, Any]]],
                   intents: list[Any], prepare: bool = False) -> float:
     """The plugin's two statements through psycopg; ``prepare``: server-side binding and
     named prepared statements (psycopg ``prepare=True``), so PostgreSQL plans them once
     per connection instead of once per execution."""
-    import json
-
     import psycopg
 
     (claim_sql, claim_p), (commit_sql, commit_p) = template
@@ -83,11 +92,7 @@ def loop_raw_same(conn: Any, template: list[tuple[str, dict[str, Any]]],
     started = time.perf_counter()
     for intent in intents:
         now = datetime.now(UTC)
-        p = dict(claim_p)
-        p.update(key=intent.key, fingerprint=intent.fingerprint, task_id=str(uuid.uuid4()),
-                 now=now, lease=now + timedelta(hours=1))
-        if "args" in p:
-            p["args"] = json.dumps(intent.args)
+        p = _claim_params(claim_p, intent, now)
         row = cursor.execute(claim_sql, p, **opts).fetchone()
         assert row[0] is True, row
         job_id, attempt = row[_ID_POS], row[_ATTEMPT_POS]
@@ -106,8 +111,6 @@ def loop_raw_replay(conn: Any, template: list[tuple[str, dict[str, Any]]],
     """A replay of finished keys: the plugin's claim statement as sent (its ``duplicate``
     history line makes it a write, so its commit waits for a WAL flush), or
     (``read_only``) a plain SELECT of the row, what a replay without that line costs."""
-    import json
-
     from celery_idem.backends.values import ROW_COLUMNS
 
     claim_sql, claim_p = template[0]
@@ -119,11 +122,7 @@ def loop_raw_replay(conn: Any, template: list[tuple[str, dict[str, Any]]],
             assert row is not None
             continue
         now = datetime.now(UTC)
-        p = dict(claim_p)
-        p.update(key=intent.key, fingerprint=intent.fingerprint, task_id=str(uuid.uuid4()),
-                 now=now, lease=now + timedelta(hours=1))
-        if "args" in p:
-            p["args"] = json.dumps(intent.args)
+        p = _claim_params(claim_p, intent, now)
         row = conn.execute(claim_sql, p).fetchone()
         assert row[0] is False, row
     return time.perf_counter() - started
