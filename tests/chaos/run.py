@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     for problem in injector.errors:
         print(f"FAILED a fault could not be injected: {problem}")
     if injector.skipped:
-        print(f"skipped (no busy child at that moment; tried again after the plan, on a job of its own): "
-              f"{dict(Counter(injector.skipped))}")
+        print("skipped (no busy child at that moment; tried again after the plan, on a "
+              f"job of its own): {dict(Counter(injector.skipped))}")
     for fault in injector.faults:
         print(f"fault at +{fault.at - wall_start:.1f}s: {fault.kind} {fault.detail}")
     for line in log[:5]:
