@@ -10,9 +10,14 @@ from urllib.parse import urlparse
 
 TESTS = Path(__file__).resolve().parents[1]
 # The runner and its tiers are scripts of tests/, which import each other by bare name.
+# tests/ leaves sys.path at once: its packaging/ folder would hide the ``packaging``
+# library from whatever imports it later in this process (kombu's Redis transport).
 sys.path.insert(0, str(TESTS))
-run = importlib.import_module("run")
-tiers = importlib.import_module("tiers")
+try:
+    run = importlib.import_module("run")
+    tiers = importlib.import_module("tiers")
+finally:
+    sys.path.remove(str(TESTS))
 
 
 def _redis_databases(tier) -> set[str]:
