@@ -52,7 +52,10 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 - ``idem``: ``IdempotentTask`` (default mode); ``atomic``: ``atomic=True``;
 - ``atomic1``: the prototype of a one-statement atomic path (bench/onestmt.py, not the
   library: the body, then one conditional PENDING -> SUCCEEDED; issue 11 item 4);
-- ``replay``: N messages for N keys that already SUCCEEDED;
+- ``replay``: N publishes of N keys that already SUCCEEDED (the tasks ignore their
+  results: each is answered at publish, no message leaves, celery_idem.replays);
+  ``replay-sent``: the same with every message sent, as a replay whose result is stored
+  or that carries a callback is: its worker reads the row and returns the outcome;
 - ``idem-broker``: ``idem`` with ``CELERY_IDEM_DURABILITY = "broker"`` in the producer and
   the worker (no intent at publish; the claim inserts the row);
 - ``pub-plain``, ``pub-idem``: publishing alone, no worker (plain vs idempotent);
@@ -84,9 +87,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
 from bench.cpu_groups import Groups  # noqa: E402
+from bench.honest_summary import print_table, summarize  # noqa: E402
 from bench.honest_variants import (  # noqa: E402
     BROKER_DURABILITY,
     RAW_APP,
+    REPLAYS,
     VARIANTS,
     effects,
     finished_keys,
@@ -94,7 +99,7 @@ from bench.honest_variants import (  # noqa: E402
     reset,
 )
 from bench.run_environment import environment  # noqa: E402
-from bench.stacks import DB_GROUP, POSTGRES_ONLY, STACKS, Stack, opened  # noqa: E402
+from bench.stacks import POSTGRES_ONLY, STACKS, Stack, opened  # noqa: E402
 from bench.worker_process import WorkerProcess  # noqa: E402
 
 WARMUP = 4
@@ -110,7 +115,7 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
     reset()
     if variant == "once":
         c.clear_once_locks()
-    if variant == "replay":
+    if variant in REPLAYS:
         finished_keys(keys)
     worker = None
     if not variant.startswith("pub-"):
@@ -125,16 +130,16 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
         if worker is not None:
             worker.start()
             warm = [f"warm{tag}-{i}" for i in range(WARMUP)]
-            publish("idem" if variant == "replay" else variant, warm, queue)
+            publish("idem" if variant in REPLAYS else variant, warm, queue)
             c.wait_for(lambda: c.marks(queue)["n"] >= WARMUP, timeout, f"{variant} warm-up",
                        alive=worker.alive, on_fail=lambda: worker.log()[-3000:])  # type: ignore[union-attr]
             c.clear_marks(queue)
         groups = Groups(broker, worker, stack)
         sessions, pooled = stack.sessions_opened(), stack.pooler_transactions()
         before, lsn, t0 = groups.sample(), stack.wal_lsn(), time.time()
-        publish_s, producer_cpu = publish(variant, keys, queue)
-        if worker is not None:
-            c.wait_for(lambda: c.marks(queue)["n"] >= n, timeout, f"{variant} on {broker}",
+        publish_s, producer_cpu, sent = publish(variant, keys, queue)
+        if worker is not None and sent:
+            c.wait_for(lambda: c.marks(queue)["n"] >= sent, timeout, f"{variant} on {broker}",
                        alive=worker.alive, on_fail=lambda: worker.log()[-3000:])  # type: ignore[union-attr]
         after, wal = groups.sample(), stack.wal_bytes(lsn)
         opened, pooled_after = stack.sessions_opened(), stack.pooler_transactions()
@@ -150,14 +155,16 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
     cpu = Groups.delta(before, after, n)
     cpu["producer"] = round(1e6 * producer_cpu / n, 1)
     made = effects(tag)
-    expected = 0 if variant == "replay" or variant.startswith("pub-") else n
-    total_s = (m["last"] - t0) if worker is not None else publish_s
+    expected = 0 if variant in REPLAYS or variant.startswith("pub-") else n
+    # Without a message to run (a replay answered at publish), publishing was the work.
+    total_s = (m["last"] - t0) if worker is not None and sent else publish_s
     span = m["last"] - m["first"]
     result = {
         "database": stack.name, "broker": broker, "variant": variant, "policy": policy, "n": n,
         "total_per_s": round(n / total_s, 1) if total_s > 0 else None,
         "publish_per_s": round(n / publish_s, 1) if publish_s > 0 else None,
-        "worker_per_s": round((n - 1) / span, 1) if worker is not None and span > 0 else None,
+        "worker_per_s": round((sent - 1) / span, 1) if worker is not None and span > 0 else None,
+        "messages_per_publish": round(sent / n, 3),
         "cpu_us_per_task": cpu,
         "cpu_us_per_task_total": round(sum(cpu.values()), 1),
         "wal_bytes_per_task": round(wal[1] / n, 1) if wal[1] is not None else None,
@@ -173,68 +180,6 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
           f"{result['cpu_us_per_task_total']} us wal {result['wal_bytes_per_task']} B "
           f"load {result['loadavg_after'][0]}")
     return result
-
-
-# -- summary and table ---------------------------------------------------------------------
-
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    rounds: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-    for r in runs:
-        rounds.setdefault((r["broker"], r["round"]), {})[r["variant"]] = r
-    for (broker, _), by_variant in sorted(rounds.items()):
-        for variant, r in by_variant.items():
-            e = summary.setdefault(broker, {}).setdefault(variant, {
-                "total_per_s": [], "publish_per_s": [], "worker_per_s": [],
-                "ratio_to_django": [], "ratio_to_raw": [], "cpu": [], "wal": [], "wal_cluster": [],
-                "sessions": []})
-            rate = "publish_per_s" if variant.startswith("pub-") else "total_per_s"
-            for key in ("total_per_s", "publish_per_s", "worker_per_s"):
-                if r[key] is not None:
-                    e[key].append(r[key])
-            base = by_variant.get("pub-plain" if variant.startswith("pub-") else "django")
-            if base and base[rate] and r[rate]:
-                e["ratio_to_django"].append(round(r[rate] / base[rate], 3))
-            if "raw" in by_variant and by_variant["raw"]["total_per_s"] and r["total_per_s"] \
-                    and not variant.startswith("pub-"):
-                e["ratio_to_raw"].append(round(r["total_per_s"] / by_variant["raw"]["total_per_s"], 3))
-            e["cpu"].append(r["cpu_us_per_task"])
-            for key, into in (("wal_bytes_per_task", "wal"), ("pg_sessions_per_task", "sessions"),
-                              ("wal_bytes_per_task_cluster", "wal_cluster")):
-                if r[key] is not None:  # None: not measured (MariaDB)
-                    e[into].append(r[key])
-    for variants in summary.values():
-        for e in variants.values():
-            for key in ("total_per_s", "publish_per_s", "worker_per_s", "ratio_to_django",
-                        "ratio_to_raw", "wal", "wal_cluster", "sessions"):
-                e[f"median_{key}"] = round(c.median(e[key]), 3) if e[key] else None
-            groups = sorted({g for cpu in e["cpu"] for g in cpu})
-            e["median_cpu_us"] = {g: round(c.median(cpu.get(g, 0) for cpu in e["cpu"]), 1)
-                                  for g in groups}
-            del e["cpu"]
-    return summary
-
-
-def print_table(data: dict[str, Any]) -> None:
-    s = data["settings"]
-    database = s.get("database", "postgres")  # files from before --database: PostgreSQL
-    print(f"database={database} n={s['n']} rounds={s['rounds']} policy={s['policy']} "
-          f"load {data['environment']['loadavg']} -> {data['loadavg_end']}")
-    head = (f"  {'variant':10} {'total/s':>8} {'x django':>8} {'x raw':>6} {'publish/s':>9} "
-            f"{'worker/s':>8} {'cpu prod':>8} {'worker':>7} {'db':>7} {'pooler':>7} "
-            f"{'broker':>7} {'WAL B':>7} {'sess':>5}")
-    db = DB_GROUP[database]
-    for broker, variants in data["summary"].items():
-        print(f"\n{database}, {broker} (medians; CPU µs ({db}; PgBouncer as pooler), WAL bytes"
-              f" of this database and PostgreSQL sessions opened, per task; None: n/a)\n{head}")
-        for name, e in variants.items():
-            cpu = e["median_cpu_us"]
-            print(f"  {name:10} {e['median_total_per_s']!s:>8} {e['median_ratio_to_django']!s:>8} "
-                  f"{e['median_ratio_to_raw']!s:>6} {e['median_publish_per_s']!s:>9} "
-                  f"{e['median_worker_per_s']!s:>8} {cpu.get('producer')!s:>8} "
-                  f"{cpu.get('worker')!s:>7} {cpu.get(db)!s:>7} {cpu.get('pgbouncer')!s:>7} "
-                  f"{cpu.get('broker')!s:>7} {e['median_wal']!s:>7} "
-                  f"{e.get('median_sessions')!s:>5}")
 
 
 def main(argv: list[str] | None = None) -> int:

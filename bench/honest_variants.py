@@ -12,7 +12,7 @@ from typing import Any
 from bench import _common as c
 
 VARIANTS = ("raw", "django", "once", "floor", "floor-django", "floor-intent", "idem",
-            "idem-broker", "atomic", "atomic1", "replay", "pub-plain", "pub-idem", "pub-async",
+            "idem-broker", "atomic", "atomic1", "replay", "replay-sent", "pub-plain", "pub-idem", "pub-async",
             "pub-broker", "pub-floor")
 #: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
 BROKER_DURABILITY = ("idem-broker", "pub-broker")
@@ -32,7 +32,7 @@ def sender(variant: str) -> Any:
         return lambda key, queue, producer: app.send_task(
             name, (key,), queue=queue, producer=producer)
     task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
-            "idem": t.bench_idem, "replay": t.bench_idem, "pub-idem": t.bench_idem,
+            "idem": t.bench_idem, "replay": t.bench_idem, "replay-sent": t.bench_idem, "pub-idem": t.bench_idem,
             "pub-async": t.bench_idem, "idem-broker": t.bench_idem, "pub-broker": t.bench_idem,
             "atomic": t.bench_atomic, "atomic1": onestmt.bench_atomic1,
             "floor-django": t.bench_floor_django, "floor-intent": t.bench_floor_django,
@@ -57,6 +57,25 @@ def floor_intent(key: str) -> None:
         cursor.execute(INTENT[connection.vendor], (key,))
 
 
+#: The variants that publish keys already SUCCEEDED.
+REPLAYS = ("replay", "replay-sent")
+
+
+@contextmanager
+def replays_sent() -> Iterator[None]:
+    """``replay-sent``: every replay's message leaves, as one whose result is stored or
+    that carries a callback does (celery_idem.replays), so its worker reads the row and
+    returns the stored outcome: what a replay cost before publishes were answered."""
+    from celery_idem import replays
+
+    original = replays.seen
+    replays.seen = lambda task, body, headers: True
+    try:
+        yield
+    finally:
+        replays.seen = original
+
+
 @contextmanager
 def unflushed_intents() -> Iterator[None]:
     """Prototype, this benchmark only: the intent's commit does not wait for the WAL flush
@@ -74,8 +93,25 @@ def unflushed_intents() -> Iterator[None]:
         PostgreSQLBackend._write = original  # type: ignore[method-assign]
 
 
-def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:
-    """Publish one message per key; (wall seconds, this process's CPU seconds)."""
+class CountingProducer:
+    """A kombu producer that counts the messages it sends: a publish the library answers
+    without a message (a finished key nobody would see replayed) sends none."""
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+        self.sent = 0
+
+    def publish(self, *args: Any, **kwargs: Any) -> Any:
+        self.sent += 1
+        return self._producer.publish(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+
+def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float, int]:
+    """Publish one message per key; (wall seconds, this process's CPU seconds, messages
+    that left)."""
     from django.test import override_settings
 
     from bench.worker_app import app
@@ -83,12 +119,14 @@ def publish(variant: str, keys: list[str], queue: str) -> tuple[float, float]:
     send = sender(variant)
     durability = override_settings(CELERY_IDEM_DURABILITY="broker") \
         if variant in BROKER_DURABILITY else nullcontext()
-    with app.producer_or_acquire() as producer, durability, (
-            unflushed_intents() if variant == "pub-async" else nullcontext()):
+    prototype = {"pub-async": unflushed_intents, "replay-sent": replays_sent}.get(variant)
+    with app.producer_or_acquire() as pooled, durability, (
+            prototype() if prototype else nullcontext()):
+        producer = CountingProducer(pooled)
         cpu0, wall0 = sum(os.times()[:2]), time.perf_counter()
         for key in keys:
             send(key, queue, producer)
-        return time.perf_counter() - wall0, sum(os.times()[:2]) - cpu0
+        return time.perf_counter() - wall0, sum(os.times()[:2]) - cpu0, producer.sent
 
 
 def finished_keys(keys: list[str]) -> None:

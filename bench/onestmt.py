@@ -38,11 +38,11 @@ from django.utils import timezone
 from celery_idem import IdempotentTask
 from celery_idem.backends import ClaimOutcome, JobRow, prepared
 from celery_idem.backends.values import ROW_COLUMNS, row_from_tuple
+from celery_idem.by_name import refused_error
 from celery_idem.conf import settings
 from celery_idem.errors import PersistenceError
 from celery_idem.job_transaction import atomic_alias, job_transaction
 from celery_idem.models import Job
-from celery_idem.producer import refused_error
 from celery_idem.retries import eta as retry_eta
 from celery_idem.runner import Run, storable
 from celery_idem.signals import announce

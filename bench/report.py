@@ -33,7 +33,9 @@ LABELS = {
     "floor-django": "floor, in the Django task",
     "floor-intent": "floor with an intent at publish, in the Django task",
     "idem": "`IdempotentTask`", "atomic": "`atomic=True`",
-    "atomic1": "one-statement atomic (prototype)", "replay": "replay of finished keys",
+    "atomic1": "one-statement atomic (prototype)",
+    "replay": "replay of finished keys (answered at publish)",
+    "replay-sent": "replay of finished keys, message sent",
     "idem-broker": "`IdempotentTask`, durability `broker`",
 }
 #: The stacks of ``honest.py --database`` (a file from before the option: PostgreSQL).
@@ -41,7 +43,7 @@ STACKS = {"postgres": "PostgreSQL", "pgbouncer": "PostgreSQL behind PgBouncer",
           "mysql": "MariaDB"}
 PUBLISH = ("pub-plain", "pub-idem", "pub-async", "pub-broker", "pub-floor")
 #: The variants that write an intent at publish: their floor is ``floor-intent``.
-WITH_INTENT = ("idem", "atomic", "replay", "atomic1")
+WITH_INTENT = ("idem", "atomic", "replay", "replay-sent", "atomic1")
 
 
 def _rounds(data: dict[str, Any], broker: str) -> dict[int, dict[str, dict[str, Any]]]:
@@ -134,7 +136,7 @@ def _wal(e: dict[str, Any], stack: str) -> str:
 
 #: The variants compared across stacks, and the baseline of each.
 COMPARED = {"floor-django": "django", "floor-intent": "django", "idem": "django",
-            "atomic": "django", "replay": "django", "idem-broker": "django", "once": "django",
+            "atomic": "django", "replay": "django", "replay-sent": "django", "idem-broker": "django", "once": "django",
             "pub-idem": "pub-plain", "pub-broker": "pub-plain", "pub-floor": "pub-plain"}
 
 

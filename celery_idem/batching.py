@@ -16,7 +16,9 @@ At the end of the block, on the transaction state the block began in:
 
 Each key keeps the guarantees of a single publish: its own row and stored message
 (recovery re-sends each lost one), a key repeated in the batch is one job (the repeat's
-message still leaves, and its worker replays or waits, as a second single publish would),
+message still leaves, and its worker replays or waits, as a second single publish would;
+a key that already succeeded sends nothing when nobody would see the replay:
+``celery_idem.replays``),
 and a key stored with other arguments raises ``KeyMismatch`` at the end of the block,
 after the batch's other messages left (or were queued for the commit); the first
 mismatch is raised, the others are logged.
@@ -39,10 +41,11 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
+from . import replays
 from .backends import Change, get_backend
 from .conf import settings
 from .persistence import persistence
-from .producer import in_transaction, mismatch, open_batch, write_intents
+from .producer import in_transaction, inserted_id, mismatch, open_batch, write_intents
 from .states import State
 
 logger = logging.getLogger(__name__)
@@ -54,7 +57,7 @@ class _Publish:
 
     intent: Any
     task_id: str
-    app: Any
+    task: Any
     body: Any
     kwargs: dict[str, Any]
 
@@ -70,9 +73,9 @@ class Batch:
         """Whether a publish now belongs to this batch: not in a savepoint opened since."""
         return _depth() == self.depth
 
-    def add(self, intent: Any, task_id: str, app: Any, body: Any,
+    def add(self, intent: Any, task_id: str, task: Any, body: Any,
             kwargs: dict[str, Any]) -> None:
-        self.publishes.append(_Publish(intent, task_id, app, body, kwargs))
+        self.publishes.append(_Publish(intent, task_id, task, body, kwargs))
 
     def flush(self) -> None:
         """Write the intents in one statement, then send (or queue for the commit) the
@@ -89,8 +92,8 @@ class Batch:
             row = outcome.row
             if not outcome.won and row is not None and row.fingerprint != p.intent.fingerprint:
                 refused.append(mismatch(p.intent, row))
-            else:
-                accepted.append((p, row.id if outcome.won and row is not None else None))
+            elif not replays.answer(outcome, p.intent, p.task, p.body, p.kwargs, p.task_id):
+                accepted.append((p, inserted_id(outcome)))
         if outbox:
             transaction.on_commit(lambda: _send_committed(accepted), using=settings.DATABASE)
         else:
@@ -137,9 +140,9 @@ def _send(publishes: Iterable[_Publish]) -> None:
     """Publish each message, on one producer (connection) per app."""
     by_app: dict[int, list[_Publish]] = {}
     for p in publishes:
-        by_app.setdefault(id(p.app), []).append(p)
+        by_app.setdefault(id(p.task.app), []).append(p)
     for group in by_app.values():
-        with group[0].app.producer_or_acquire() as producer:
+        with group[0].task.app.producer_or_acquire() as producer:
             for p in group:
                 producer.publish(p.body, **p.kwargs)
 

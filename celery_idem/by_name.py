@@ -25,12 +25,12 @@ from typing import Any
 
 from celery import current_app
 
-from .children import BASE_HEADER, CHORD_UNLOCK, publishing_task
+from . import errors
+from .children import BASE_HEADER, CHORD_UNLOCK, header, publishing_task
 from .durability import writes_intent
 from .errors import IdempotencyError
 from .keys import carry_key, missing_key
 from .producer import (
-    ERROR_HEADER,
     KEY_HEADER,
     SENDING,
     UNWRITTEN_HEADER,
@@ -40,6 +40,9 @@ from .producer import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: Header the publish hook sets when it could not accept a send_task message.
+ERROR_HEADER = "celery_idem_error"
 
 
 def install(app: Any) -> None:
@@ -101,3 +104,14 @@ def on_before_task_publish(sender: str | None = None, headers: dict[str, Any] | 
         headers[ERROR_HEADER] = {"type": type(exc).__name__, "message": str(exc)}
         return
     headers[KEY_HEADER] = job.key
+
+
+def refused_error(request: Any) -> IdempotencyError | None:
+    """The error the publish hook marked this message with, rebuilt, if any."""
+    refused = header(request, ERROR_HEADER)
+    if not refused:
+        return None
+    cls = getattr(errors, str(refused.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, IdempotencyError)):
+        cls = IdempotencyError
+    return cls(refused.get("message") or None)

@@ -20,13 +20,13 @@ from celery.utils import uuid
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import envelope, errors
+from . import envelope, replays
 from .backends import Change, ClaimOutcome, Intent, get_backend
-from .children import BASE_HEADER, child_key, header, publishing_task, running_parent
+from .children import BASE_HEADER, child_key, publishing_task, running_parent
 from .conf import settings
 from .connection import release_bookkeeping
 from .durability import writes_intent
-from .errors import IdempotencyError, KeyMismatch
+from .errors import KeyMismatch
 from .fingerprints import fingerprint
 from .keys import KEY_HEADER, KeySpec, validate_key
 from .persistence import persistence
@@ -34,8 +34,6 @@ from .states import State
 
 logger = logging.getLogger(__name__)
 
-#: Header the publish hook sets when it could not accept a send_task message.
-ERROR_HEADER = "celery_idem_error"
 #: Header of a message with a key and no intent: the producer wrote none (broker
 #: durability) or could not (a send_task of a task not registered there). The worker's
 #: claim inserts the row, trying the insert first.
@@ -62,9 +60,14 @@ def build_intent(spec: KeySpec, namespace: str, task_name: str, args: Any = None
                   kwargs if store else None, options or {})
 
 
-def write_intent(intent: Intent, task_id: str) -> int | None:
+def inserted_id(outcome: ClaimOutcome) -> int | None:
+    """The id of the row a publish inserted; None if its key existed."""
+    return outcome.row.id if outcome.won and outcome.row is not None else None
+
+
+def write_intent(intent: Intent, task_id: str) -> ClaimOutcome:
     """Insert the PENDING intent, or find the key; raise KeyMismatch on other arguments.
-    Returns the id of the row this call inserted (None: the key existed).
+    Its outcome: won (inserted), or the key's row as it stands.
 
     Inside the caller's transaction the write rides it (the outbox) with a savepoint of
     its own: a database error on it (bad input the driver refuses) rolls back to the
@@ -78,7 +81,7 @@ def write_intent(intent: Intent, task_id: str) -> int | None:
     row = outcome.row
     if not outcome.won and row is not None and row.fingerprint != intent.fingerprint:
         raise mismatch(intent, row)
-    return row.id if outcome.won and row is not None else None
+    return outcome
 
 
 def write_intents(intents: list[tuple[Intent, str]]) -> list[ClaimOutcome]:
@@ -243,10 +246,13 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
                            expires_at=envelope.expires(message), sent=not outbox)
         batch = open_batch.get()
         if batch is not None and batch.takes():
-            batch.add(captured, task_id, task.app, body, kw)
+            batch.add(captured, task_id, task, body, kw)
             written.append(None)
             return None
-        written.append(write_intent(captured, task_id))
+        outcome = write_intent(captured, task_id)
+        written.append(inserted_id(outcome))
+        if replays.answer(outcome, captured, task, body, kw, task_id):
+            return None  # the key succeeded, and nobody would see the replay
         if outbox:
             transaction.on_commit(lambda: _send_committed(task.app, body, kw, written[0]),
                                   using=settings.DATABASE)
@@ -282,13 +288,3 @@ def _publish_captured(task: Any, producer: Any, publish: Callable[[dict[str, Any
     with task.app.producer_or_acquire() as real:
         return publish({**final, "producer": envelope.Capture(real, on_publish)})
 
-
-def refused_error(request: Any) -> IdempotencyError | None:
-    """The error the publish hook marked this message with, rebuilt, if any."""
-    refused = header(request, ERROR_HEADER)
-    if not refused:
-        return None
-    cls = getattr(errors, str(refused.get("type")), None)
-    if not (isinstance(cls, type) and issubclass(cls, IdempotencyError)):
-        cls = IdempotencyError
-    return cls(refused.get("message") or None)

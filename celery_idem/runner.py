@@ -20,6 +20,8 @@ from django.db import transaction
 
 from . import claims, retries
 from .backends import ClaimOutcome, Intent
+from .by_name import refused_error
+from .children import header
 from .conf import settings
 from .errors import (
     ClaimLost,
@@ -37,9 +39,7 @@ from .producer import (
     UNWRITTEN_HEADER,
     build_intent,
     delivery_options,
-    header,
     mismatch,
-    refused_error,
 )
 from .replacement import Replaced, handed_over, settle
 from .signals import duplicate_waiting

@@ -107,3 +107,19 @@ if PGBOUNCER:
             name = str(connection.settings_dict["NAME"])
             admin(int(pooler), f"KILL {name}")
             admin(int(pooler), f"RESUME {name}")
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The headers of every message that leaves (kombu's publish, on any producer)."""
+    from kombu import Producer
+
+    headers: list[dict] = []
+    real = Producer.publish
+
+    def publish(self, body, *args, **kwargs):
+        headers.append(dict(kwargs.get("headers") or {}))
+        return real(self, body, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "publish", publish)
+    return headers

@@ -44,3 +44,4 @@ def make_intent():
                       fingerprint=fingerprint, args=[1], kwargs={"a": "b"},
                       options={"queue": "q"})
     return make
+

@@ -14,7 +14,7 @@ from hypothesis.stateful import precondition, rule
 from celery_idem import actions, claims
 from celery_idem.errors import ClaimLost, KeyMismatch
 from celery_idem.models import Job
-from celery_idem.producer import write_intent
+from celery_idem.producer import inserted_id, write_intent
 from celery_idem.recovery import sweep
 from celery_idem.states import MOVES, State
 from tests.db.model_rows import (
@@ -54,7 +54,7 @@ class ModelRules(ModelState):
             with pytest.raises(KeyMismatch):
                 write_intent(intent, task_id)
             return
-        job_id = write_intent(intent, task_id)
+        job_id = inserted_id(write_intent(intent, task_id))
         if row is None:
             assert job_id is not None
             self.rows[(intent.namespace, intent.key)] = Row(

@@ -24,22 +24,6 @@ def broker_durability(settings):
     settings.CELERY_IDEM_DURABILITY = "broker"
 
 
-@pytest.fixture
-def sent(monkeypatch):
-    """The headers of every message that leaves (kombu's publish, on any producer)."""
-    from kombu import Producer
-
-    headers: list[dict] = []
-    real = Producer.publish
-
-    def publish(self, body, *args, **kwargs):
-        headers.append(dict(kwargs.get("headers") or {}))
-        return real(self, body, *args, **kwargs)
-
-    monkeypatch.setattr(Producer, "publish", publish)
-    return headers
-
-
 def unwritten(key: str) -> dict[str, object]:
     """The headers of a message published in broker mode."""
     return {KEY_HEADER: key, UNWRITTEN_HEADER: True}

@@ -9,9 +9,8 @@ import pytest
 from celery import chain, group
 
 from celery_idem import ArgumentsNotJSON, InvalidKey, KeyMismatch, MissingKey
-from celery_idem.by_name import on_before_task_publish
+from celery_idem.by_name import ERROR_HEADER, on_before_task_publish, refused_error
 from celery_idem.models import Job
-from celery_idem.producer import ERROR_HEADER, refused_error
 from django_app.celery import app
 from django_app.effects.models import Effect
 from django_app.effects.tasks import add, notify, ship_order

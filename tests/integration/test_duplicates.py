@@ -5,10 +5,12 @@ each durability (``durability``: the broker's on prefork, where a claim inserts 
 from __future__ import annotations
 
 import pytest
+from celery import chain
 
+from celery_idem.keys import KEY_HEADER
 from celery_idem.models import Job, Transition
 from django_app.effects.models import Effect
-from django_app.effects.tasks import deduct_stock, ship_order
+from django_app.effects.tasks import deduct_stock, plain_effect, ship_order
 
 from .workers import wait_until
 
@@ -58,6 +60,25 @@ def test_a_finished_key_published_again_replays_its_result(durability, worker):
     job = Job.objects.get(key="ship/43")
     assert (job.state, job.attempt) == ("SUCCEEDED", 1)  # claimed once: attempt 1
     assert not Transition.objects.filter(job=job).exists()  # the replays only read
+
+
+def test_a_finished_key_published_again_unread_sends_nothing(durability, worker, sent):
+    """A finished key published again with its result ignored and no canvas: nothing
+    would see its replay, so no message leaves (broker durability reads no row at
+    publish: it leaves, and its worker replays). As the first step of a chain it leaves,
+    and the worker hands the stored result on: the next step runs."""
+    ship_order.delay(45).get(timeout=RESULT_TIMEOUT)
+    sent.clear()
+    ship_order.apply_async((45,), ignore_result=True)
+    chain(ship_order.si(45).set(ignore_result=True), plain_effect.si("after/45")).delay()
+
+    wait_until(lambda: Effect.objects.filter(key="after/45").exists(), RESULT_TIMEOUT,
+               what="the chain's next step")
+    assert [h[KEY_HEADER] for h in sent if KEY_HEADER in h] == (
+        ["ship/45"] if durability == "database" else ["ship/45", "ship/45"])
+    assert Effect.objects.filter(key="ship/45").count() == 1
+    job = Job.objects.get(key="ship/45")
+    assert (job.state, job.attempt) == ("SUCCEEDED", 1)
 
 
 def test_wait_until_helper_times_out():
