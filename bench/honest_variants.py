@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
+from unittest import mock
 
 from bench import _common as c
 
@@ -61,19 +62,13 @@ def floor_intent(key: str) -> None:
 REPLAYS = ("replay", "replay-sent")
 
 
-@contextmanager
-def replays_sent() -> Iterator[None]:
+def replays_sent() -> Any:
     """``replay-sent``: every replay's message leaves, as one whose result is stored or
     that carries a callback does (celery_idem.replays), so its worker reads the row and
     returns the stored outcome: what a replay cost before publishes were answered."""
     from celery_idem import replays
 
-    original = replays.seen
-    replays.seen = lambda task, body, headers: True
-    try:
-        yield
-    finally:
-        replays.seen = original
+    return mock.patch.object(replays, "seen", lambda task, body, headers: True)
 
 
 @contextmanager

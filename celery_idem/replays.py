@@ -23,10 +23,8 @@ from typing import Any
 
 from celery.backends.base import DisabledBackend
 
-from .backends import ClaimOutcome, Intent
-from .backends.values import DUPLICATE
+from .backends import ClaimOutcome, Intent, get_backend
 from .conf import settings
-from .signals import announce
 from .states import State
 
 #: The body's embedded canvas that a replay passes the stored result on to (Celery's
@@ -60,13 +58,11 @@ def _result_stored(task: Any, headers: dict[str, Any]) -> bool:
 def answer(outcome: ClaimOutcome, intent: Intent, task: Any, body: Any,
            kwargs: dict[str, Any], task_id: str) -> bool:
     """Whether this publish is answered by its key's stored success, and its message not
-    to be sent (announced as a duplicate); False: send it."""
+    to be sent (announced as a duplicate); False: send it. ``outcome`` is a publish's
+    whose arguments matched the row's (its caller refused a mismatch already)."""
     row = outcome.row
     if (outcome.won or row is None or row.state is not State.SUCCEEDED
-            or row.fingerprint != intent.fingerprint
             or seen(task, body, kwargs.get("headers") or {})):
         return False
-    announce(settings.DATABASE, row.id, DUPLICATE, row.state, row.state, row.attempt,
-             task_id=task_id, reason=ANSWERED_REASON,
-             task_name=intent.task_name)
+    get_backend(settings.DATABASE).replayed(row, intent, task_id, ANSWERED_REASON)
     return True

@@ -109,10 +109,16 @@ class Backend(ABC):
             announce(self.alias, row.id, event, source, State.RUNNING, row.attempt,
                      claimant.worker, claimant.task_id, reason, task_name=intent.task_name)
         elif row is not None and _replays(row, intent):
-            announce(self.alias, row.id, DUPLICATE, row.state, row.state, row.attempt,
-                     claimant.worker, claimant.task_id, DUPLICATE_REASON,
-                     task_name=intent.task_name)
+            self.replayed(row, intent, claimant.task_id, DUPLICATE_REASON, claimant.worker)
         return outcome
+
+    def replayed(self, row: JobRow, intent: Intent, task_id: str, reason: str,
+                 worker: str = "") -> None:
+        """Announce the ``duplicate`` move: ``row``'s outcome answered a duplicate of
+        ``intent`` (a claim that lost to it, or a publish the producer kept back:
+        ``celery_idem.replays``). It writes nothing."""
+        announce(self.alias, row.id, DUPLICATE, row.state, row.state, row.attempt, worker,
+                 task_id, reason, task_name=intent.task_name)
 
     def claim_new(self, intent: Intent, claimant: Claimant, reason: str) -> ClaimOutcome:
         """Insert the key's row already claimed (attempt 1), unless it exists (then the

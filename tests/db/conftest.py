@@ -44,4 +44,3 @@ def make_intent():
                       fingerprint=fingerprint, args=[1], kwargs={"a": "b"},
                       options={"queue": "q"})
     return make
-
