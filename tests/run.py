@@ -9,12 +9,13 @@ services are not listening on 127.0.0.1 is skipped, except in CI (``CI=true``), 
 fails the run. Arguments the runner does not know go to every pytest run, e.g.
 ``python3 tests/run.py --tier sqlite -k claim -x``.
 
-The tiers are two lanes run at once (``tests/tiers.py``): the PostgreSQL tiers one after
-the other, and beside them the tiers that share no server with those (SQLite, MariaDB),
-one after the other too. Each lane's tiers never meet the other's on a database, a
-broker database or a queue, and the machine's two cores are busy instead of one. The
-PostgreSQL lane's output streams; the other's is printed when the run ends.
-``--serial`` runs every tier in one lane.
+The tiers are two lanes run at once (``tests/tiers.py``, ``Tier.beside``), each one tier
+after the other: the unit tests, PostgreSQL + Redis, PostgreSQL + RabbitMQ and the wheel
+in the first; SQLite, MariaDB, the oldest and newest stacks, PgBouncer and Celery's suite
+beside them. A tier never meets another on a database (each has its own:
+``tier_environment``), a queue or a server port, nor the other lane's on a Redis
+database, and the machine's two cores are busy instead of one. The first lane's output
+streams; the other's is printed when the run ends. ``--serial`` runs every tier in one lane.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -54,8 +56,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "pool (IDEM_FULL_MATRIX=1); slow, for releases")
     parser.add_argument("--list", action="store_true", help="list the tiers and exit")
     parser.add_argument("--serial", action="store_true",
-                        help="every tier one after the other (default: the tiers that share "
-                             "no server with the PostgreSQL ones run beside them)")
+                        help="every tier one after the other (default: two lanes at once, "
+                             "tests/tiers.py's Tier.beside)")
     return parser.parse_known_args(argv)
 
 
@@ -71,7 +73,7 @@ def list_tiers() -> None:
     for tier in TIERS:
         needs = f" [needs {', '.join(tier.services)}]" if tier.services else ""
         full = " (only with --full)" if tier.full_only else ""
-        beside = " (beside the PostgreSQL tiers)" if tier.beside else ""
+        beside = " (in the second lane)" if tier.beside else ""
         print(f"{tier.name:20} {tier.about}{needs}{full}{beside}")
 
 
@@ -140,15 +142,20 @@ def run_tier(tier: Tier, workdir: Path, run_id: str, env: dict[str, str],
         code = subprocess.call(
             [python, "-m", "pytest", *paths, *markers, f"--junitxml={junit}",
              "-p", "no:cacheprovider", *pytest_args], cwd=ROOT, stdout=output,
-            stderr=None if output is None else subprocess.STDOUT, env={
-                **env, **tier.env, **server_env,
-                "IDEM_VAR_DIR": str(workdir / tier.name),
-                "IDEM_QUEUE": f"idem-test-{run_id}-{tier.name}",
-                "IDEM_PG_NAME": f"idem_{run_id}", "IDEM_MYSQL_NAME": f"idem_{run_id}",
-            })
+            stderr=None if output is None else subprocess.STDOUT,
+            env={**env, **tier.env, **server_env, **tier_environment(tier, workdir, run_id)})
     passed, failed, skipped = _counts(junit)
     # 5: no test collected (e.g. -k matched nothing in this tier), not a failure.
     return passed, failed, skipped, code in (0, 5)
+
+
+def tier_environment(tier: Tier, workdir: Path, run_id: str) -> dict[str, str]:
+    """What is one tier's own in a run: its folder, queue and database names (the two
+    lanes' tiers run at once on the same PostgreSQL and MariaDB servers)."""
+    name = f"idem_{run_id}_{re.sub(r'[^a-z0-9]+', '_', tier.name)}"
+    return {"IDEM_VAR_DIR": str(workdir / tier.name),
+            "IDEM_QUEUE": f"idem-test-{run_id}-{tier.name}",
+            "IDEM_PG_NAME": name, "IDEM_MYSQL_NAME": name}
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """The test suite's tiers and static checks, as data: what each pytest run tests, on which
-database and broker, and which tiers run beside the PostgreSQL ones (tests/run.py runs
-them). Standard library only: tests/run.py reads it before anything is installed."""
+database and broker, and which tiers run in the second lane, beside the first
+(tests/run.py runs them). Standard library only: tests/run.py reads it before anything
+is installed."""
 
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ class Tier:
     full_paths: tuple[str, ...] = ()
     #: A server the tier starts for itself in front of the shared ones ("pgbouncer").
     server: str | None = None
-    #: Shares no server with the PostgreSQL tiers (no PostgreSQL, Redis databases of its
-    #: own, its own servers on ports of their own): runs beside them (tests/run.py).
+    #: Runs in the second lane, beside the first one's tiers (tests/run.py): it meets
+    #: none of them on a Redis database (its own), a PostgreSQL or MariaDB database or a
+    #: queue (each tier's own: ``run.tier_environment``) or a server port (those it
+    #: starts take free ones).
     beside: bool = False
 
 
@@ -96,10 +99,11 @@ TIERS = [
            "unit tests, the model test, the migrations check and the worker tests marked "
            "`pools` on every pool, on PostgreSQL + Redis (tox runs the whole matrix)",
            ("tests/unit", "tests/db/test_model.py", "tests/integration"),
-           {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
-           ("postgres", "redis"), stack=name, markers="pools or not worker")
-      for name, about in [("oldest", "Python 3.11, Django 5.2, Celery 5.5"),
-                          ("newest", "Python 3.13, Django 6.1, Celery 5.7")]),
+           {**POSTGRES, "IDEM_BROKER": f"{REDIS}/{redis}",
+            "IDEM_RESULTS": f"{REDIS}/{redis + 1}"},
+           ("postgres", "redis"), stack=name, markers="pools or not worker", beside=True)
+      for name, about, redis in [("oldest", "Python 3.11, Django 5.2, Celery 5.5", 10),
+                                 ("newest", "Python 3.13, Django 6.1, Celery 5.7", 14)]),
     Tier("pgbouncer+redis", "PostgreSQL behind a PgBouncer of its own in transaction "
          "pooling mode (tests/services/pgbouncer.py; Debian's pgbouncer) + Redis: the worker "
          "tests of duplicates, replays, atomic mode, the outbox, batches, recovery and crashes on "
@@ -109,8 +113,8 @@ TIERS = [
              "worker_connections")] + [f"tests/db/test_{name}.py" for name in (
                  "reaper_stale_claims", "reaper_lost_messages", "reaper_passes",
                  "reaper_beat", "reaper_hooks", "envelope_recovery", "handback_paths")]),
-         {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
-         ("postgres", "redis"), server="pgbouncer",
+         {**POSTGRES, "IDEM_BROKER": f"{REDIS}/8", "IDEM_RESULTS": f"{REDIS}/9"},
+         ("postgres", "redis"), server="pgbouncer", beside=True,
          full_paths=tuple(f"tests/integration/test_{name}.py" for name in (
              "envelope", "call_paths", "publish_paths", "beat"))),
     Tier("celery-compat", "Celery's own integration suite (test_tasks.py, test_canvas.py "
@@ -118,7 +122,8 @@ TIERS = [
          "IdempotentTask as every task's base, once per key kind, compared per test "
          "against tests/compat/allowed.toml (its quick tests; all of them with --full)",
          ("tests/compat",), {**POSTGRES, "IDEM_BROKER": f"{REDIS}/12",
-                             "IDEM_RESULTS": f"{REDIS}/13"}, ("postgres", "redis")),
+                             "IDEM_RESULTS": f"{REDIS}/13"}, ("postgres", "redis"),
+         beside=True),
     Tier("wheel", "the sdist and wheel built and checked, the wheel installed with its "
          "extras into a fresh virtualenv, a project outside the checkout set up as the "
          "README says on PostgreSQL, behind PgBouncer and on MariaDB: duplicates, a replay "

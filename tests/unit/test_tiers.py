@@ -1,9 +1,10 @@
-"""tests/run.py's two lanes: the tiers run beside the PostgreSQL ones share no server with
-them, so the two pytest runs at once never meet (tests/tiers.py)."""
+"""tests/run.py's two lanes: the pytest runs at once never meet on a database, a queue or
+a Redis database (tests/tiers.py)."""
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
@@ -26,16 +27,23 @@ def _redis_databases(tier) -> set[str]:
     return {urlparse(url).path for url in urls if url.startswith("redis://")}
 
 
-def test_the_tiers_beside_never_use_postgresql_or_the_others_redis_databases():
+def test_the_lanes_never_share_a_redis_database():
     streamed, beside = run.lanes(tiers.TIERS, serial=False)
-    assert beside, "no tier runs beside the PostgreSQL ones"
-    for tier in beside:
-        assert "postgres" not in tier.services and tier.server is None, tier.name
-        assert tier.env.get("IDEM_DATABASE") in ("sqlite", "mysql"), tier.name
-        assert tier.stack is None, tier.name  # the stack tiers are PostgreSQL's
+    assert streamed and beside, "the tiers run in one lane"
     used_by_streamed = set().union(*(_redis_databases(t) for t in streamed))
     for tier in beside:
         assert not _redis_databases(tier) & used_by_streamed, tier.name
+
+
+def test_each_tier_has_its_own_databases_queue_and_folder(tmp_path):
+    """The lanes run at once on one PostgreSQL and one MariaDB server."""
+    environments = [run.tier_environment(t, tmp_path, "0123abcd") for t in tiers.TIERS]
+    for variable in ("IDEM_PG_NAME", "IDEM_MYSQL_NAME", "IDEM_QUEUE", "IDEM_VAR_DIR"):
+        values = [env[variable] for env in environments]
+        assert len(set(values)) == len(values), variable
+    for env in environments:
+        # An identifier both servers take unquoted, within their length limits.
+        assert re.fullmatch(r"[a-z0-9_]{1,58}", env["IDEM_PG_NAME"]), env["IDEM_PG_NAME"]
 
 
 def test_serial_runs_every_tier_in_one_lane_in_order():
