@@ -99,7 +99,7 @@ def setup_django(create_db: bool = True) -> None:
     if create_db:
         from django.core.management import call_command
 
-        from bench.stacks import direct_connections
+        from bench._connections import direct_connections
 
         with direct_connections():  # behind PgBouncer, on the server itself
             call_command("migrate", verbosity=0, interactive=False)

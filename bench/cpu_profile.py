@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _callgrind, stacks  # noqa: E402
+from bench import _callgrind, cpu_loops, stacks  # noqa: E402
 from bench import _common as c  # noqa: E402
 from bench.run_environment import environment  # noqa: E402
 
@@ -85,62 +85,6 @@ def define_tasks(app: Any) -> tuple[Any, Any]:
         return order_id
 
     return plain, idem
-
-
-class Sent:
-    """Captures what each publish handed the broker (the worker side runs it)."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[dict[str, Any], Any]] = []
-
-    def __call__(self, sender: Any = None, headers: Any = None, body: Any = None,
-                 **_: Any) -> None:
-        self.messages.append((dict(headers or {}), body))
-
-
-def publish_loop(task: Any, ids: list[int], queue: str) -> Callable[[], None]:
-    from bench.worker_app import app
-
-    def loop() -> None:
-        with app.producer_or_acquire() as producer:
-            for i in ids:
-                task.apply_async((i, 12.5), {"note": "gift"}, queue=queue, producer=producer)
-    return loop
-
-
-_tracers: dict[str, Any] = {}
-
-
-def task_loop(task: Any, messages: list[tuple[dict[str, Any], Any]],
-              queue: str) -> Callable[[], None]:
-    """Run each message as a pool child would: the tracer, with the worker's request."""
-    from celery.app.trace import build_tracer
-
-    from bench.worker_app import app
-
-    task = app.tasks[task.name]  # the task itself, as a worker has it (not a proxy)
-    tracer = _tracers.get(task.name)
-    if tracer is None:
-        tracer = _tracers[task.name] = build_tracer(
-            task.name, task, app=app, eager=False, propagate=True, hostname="cpu@local")
-    requests = []
-    for headers, body in messages:
-        args, kwargs, embed = body
-        request = {**headers, "args": args, "kwargs": kwargs, "hostname": "cpu@local",
-                   "is_eager": False, "delivery_info": {
-                       "exchange": "", "routing_key": queue, "priority": 0,
-                       "redelivered": False},
-                   "reply_to": None, "correlation_id": headers["id"], **embed}
-        # A worker puts the custom headers on the request (and under "headers").
-        request["headers"] = {k: v for k, v in headers.items() if k.startswith("celery_idem")}
-        requests.append((headers["id"], args, kwargs, request))
-
-    def loop() -> None:
-        for task_id, args, kwargs, request in requests:
-            out = tracer(task_id, args, kwargs, request)
-            if out.info is not None and isinstance(out.info, BaseException):
-                raise out.info
-    return loop
 
 
 def measure(fn: Callable[[], None], n: int, name: str = "loop") -> dict[str, float]:
@@ -182,13 +126,13 @@ def round_(tasks: dict[str, Any], n: int, queue: str, base: int, profiled: str |
 
     c.reset_tables()
     out: dict[str, dict[str, float]] = {}
-    sent: dict[str, Sent] = {}
+    sent: dict[str, cpu_loops.Sent] = {}
     for kind in ("plain", "idem"):
         ids = [base + i for i in range(n)]
-        sent[kind] = Sent()
+        sent[kind] = cpu_loops.Sent()
         signals.after_task_publish.connect(sent[kind], weak=False)
         try:
-            loop = publish_loop(tasks[kind], ids, queue)
+            loop = cpu_loops.publish_loop(tasks[kind], ids, queue)
             if profiled == f"publish-{kind}":
                 print(profile(loop, top, dump))
             else:
@@ -198,7 +142,7 @@ def round_(tasks: dict[str, Any], n: int, queue: str, base: int, profiled: str |
         base += n
     purge(queue)
     for kind in ("plain", "idem"):
-        loop = task_loop(tasks[kind], sent[kind].messages, queue)
+        loop = cpu_loops.task_loop(tasks[kind], sent[kind].messages, queue)
         if profiled == f"task-{kind}":
             print(profile(loop, top, dump))
         else:

@@ -29,6 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench import _common as c
+from bench._connections import close_django_connections
+
 STACKS = ("postgres", "pgbouncer", "mysql")
 #: Variants that need PostgreSQL itself (raw psycopg workers, PostgreSQL SQL, a patch of
 #: the PostgreSQL backend): not run on MariaDB.
@@ -131,8 +134,6 @@ class Stack:
         MariaDB."""
         import psycopg
 
-        from bench import _common as c
-
         if since is None:
             return None, None
         until, cluster, oid = self.query(
@@ -165,8 +166,6 @@ class Stack:
     def _has_walinspect(self) -> bool:
         """pg_walinspect (PostgreSQL 15+, superuser) in the benchmark database, once."""
         if self._walinspect is None:
-            from bench import _common as c
-
             try:
                 self.direct().execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
                 self._walinspect = True
@@ -219,44 +218,10 @@ def opened(name: str) -> Iterator[Stack]:
     finally:
         stack.close()
         if stack.bouncer is not None:
-            _close_django_connections()
+            close_django_connections()
             stack.bouncer.stop()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def _close_django_connections() -> None:
-    try:
-        from django.db import connections
-
-        from celery_idem import connection
-
-        connections.close_all()
-        connection.close_bookkeeping_connections()
-    except Exception:  # noqa: BLE001 - Django never set up: nothing open
-        pass
-
-
-@contextmanager
-def direct_connections() -> Iterator[None]:
-    """Django's connections to the server itself for the block (behind PgBouncer: the
-    migrations, as tests/conftest.py runs them), through the pooler again after."""
-    pooler = os.environ.get("IDEM_PGBOUNCER") == "1" and os.environ.get("IDEM_PG_PORT")
-    if not pooler:
-        yield
-        return
-    from django.db import connections
-
-    def point_at(port: str) -> None:
-        _close_django_connections()
-        for conn in connections.all():
-            conn.settings_dict["PORT"] = port
-
-    point_at(os.environ.get("IDEM_PG_DIRECT_PORT", "5432"))
-    try:
-        yield
-    finally:
-        point_at(pooler)

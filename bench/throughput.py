@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
+from bench import throughput_summary  # noqa: E402
 from bench.run_environment import environment  # noqa: E402
 from bench.worker_process import WorkerProcess  # noqa: E402
 
@@ -206,30 +207,6 @@ def run_one(broker: str, name: str, conn: str, n: int, concurrency: int,
     return result
 
 
-def summarize(runs: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    by_round: dict[tuple[str, int], dict[str, float]] = {}
-    for r in runs:
-        label = r["variant"] if r["conn"] == "fixup" else f"{r['variant']}:{r['conn']}"
-        by_round.setdefault((r["broker"], r["round"]), {})[label] = r["msgs_per_s"]
-    for (broker, _), rates in sorted(by_round.items()):
-        base = rates.get(baseline)
-        for label, rate in rates.items():
-            entry = summary.setdefault(broker, {}).setdefault(
-                label, {"msgs_per_s": [], "ratio_to_plain": []})
-            entry["msgs_per_s"].append(rate)
-            if base:
-                entry["ratio_to_plain"].append(round(rate / base, 3))
-    for variants in summary.values():
-        for entry in variants.values():
-            entry["median_msgs_per_s"] = round(c.median(entry["msgs_per_s"]), 1)
-            if entry["ratio_to_plain"]:
-                entry["median_ratio"] = round(c.median(entry["ratio_to_plain"]), 3)
-                entry["min_ratio"] = min(entry["ratio_to_plain"])
-                entry["max_ratio"] = max(entry["ratio_to_plain"])
-    return summary
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=5000, help="tasks per run (default 5000)")
@@ -268,10 +245,10 @@ def main(argv: list[str] | None = None) -> int:
                      "baseline": baseline},
         "elapsed_s": round(time.time() - started, 1),
         "loadavg_end": c.loadavg(),
-        "summary": summarize(runs, baseline), "runs": runs,
+        "summary": throughput_summary.summarize(runs, baseline), "runs": runs,
     }
     c.write_result("throughput", data, args.out)
-    _print_summary(data["summary"])
+    throughput_summary.print_summary(data["summary"])
     bad = [r for r in runs if not r["exactly_once"] and r["variant"] != "plain"]
     if bad:
         c.log(f"exactly-once violated in {len(bad)} runs")
@@ -292,16 +269,6 @@ def _switch_broker(broker: str) -> None:
         app._pool.force_close_all()
         app._pool = None
     app.amqp._producer_pool = None
-
-
-def _print_summary(summary: dict[str, Any]) -> None:
-    for broker, variants in summary.items():
-        print(f"\n{broker}")
-        print(f"  {'variant':20} {'median msg/s':>12} {'ratio':>7} {'(min-max)':>13}")
-        for label, e in variants.items():
-            ratio = e.get("median_ratio")
-            rng = f"{e.get('min_ratio')}-{e.get('max_ratio')}" if ratio is not None else ""
-            print(f"  {label:20} {e['median_msgs_per_s']:>12} {ratio!s:>7} {rng:>13}")
 
 
 if __name__ == "__main__":
