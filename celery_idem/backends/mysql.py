@@ -7,20 +7,22 @@ one UPDATE), but building and compiling an ORM query costs the worker more CPU t
 statement's round trip. The text is rendered once per move from the move table, as on
 PostgreSQL (``queries.render_guard``), and runs on Django's cursor, so its error
 translation and query log see it. An intent outside a transaction, and the read of a
-key's row (after a claim, or an intent that found the key), are named queries too.
-Moves that record history, an intent in the caller's transaction (its savepoint),
-batches, steps and the other reads are the portable backend's.
+key's row (after a claim, or an intent that found the key), and a batch's intents (one
+multi-row INSERT, then a read of its keys' rows) are named queries too. Moves that
+record history, an intent in the caller's transaction (its savepoint), steps and the
+other reads are the portable backend's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connections
+from django.db import IntegrityError, connections, transaction
 
 from .. import states
 from ..models import Job
@@ -56,6 +58,17 @@ def move_sql(event: str, columns: tuple[str, ...]) -> str:
     sets = "".join(f", {column} = %(v_{column})s" for column in columns)
     return (QUERIES["move"].replace("{sets}", sets)
             .replace("{guard}", render_guard(states.move(event).guard, QUERIES)))
+
+
+@cache
+def insert_many_sql(rows: int) -> str:
+    return QUERIES["insert_many"].replace(
+        "{values}", ", ".join([QUERIES["insert_many_row"]] * rows))
+
+
+@cache
+def rows_of_keys_sql(keys: int) -> str:
+    return QUERIES["rows_of_keys"].replace("{keys}", ", ".join(["%s"] * keys))
 
 
 class MySQLBackend(GenericBackend):
@@ -94,6 +107,38 @@ class MySQLBackend(GenericBackend):
             job_id, move.target, attempt, intent.fingerprint, task_id, lease,
             intent.not_before, None, None, intent.args, intent.kwargs))
 
+    def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
+                     now: datetime) -> dict[tuple[str, str], ClaimOutcome]:
+        if move.recorded:
+            return super()._insert_many(move, intents, now)
+        assert move.target is not None
+        connection = connections[self.alias]
+        adapt = connection.ops.adapt_datetimefield_value
+        at = adapt(now)
+        params: list[Any] = []
+        keys: dict[str, list[str]] = {}
+        for intent, task_id in intents:  # in insert_many_row's order
+            params += (intent.namespace, intent.key, intent.task_name, json_text(intent.args),
+                       json_text(intent.kwargs), intent.fingerprint, json_text(intent.options),
+                       move.target.value, task_id, at, at, intent.parent_id,
+                       json_text(intent.message), adapt(intent.not_before),
+                       adapt(intent.expires_at), at if intent.sent else None)
+            keys.setdefault(intent.namespace, []).append(intent.key)
+        mine = {(i.namespace, i.key): task_id for i, task_id in intents}
+        outcomes = {}
+        # As the portable backend: a row this batch inserted carries its task id and
+        # ``now`` as created_at.
+        with transaction.atomic(using=self.alias), connection.cursor() as cursor:
+            cursor.execute(insert_many_sql(len(intents)), params)
+            for namespace, names in keys.items():
+                cursor.execute(rows_of_keys_sql(len(names)), [namespace, *names])
+                for key, created_at, *values in cursor.fetchall():
+                    row = _job_row(values, connection)
+                    won = (_aware(created_at, connection) == now
+                           and row.task_id == mine[namespace, key])
+                    outcomes[namespace, key] = ClaimOutcome(won, row)
+        return outcomes
+
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
                reason: str) -> ClaimOutcome:
         if move.recorded or states.move(DUPLICATE).recorded:
@@ -120,14 +165,7 @@ class MySQLBackend(GenericBackend):
         with connection.cursor() as cursor:
             cursor.execute(QUERIES["row"], lookup)
             found = cursor.fetchone()
-        if found is None:
-            return None
-        values = list(found)
-        if settings.USE_TZ:  # the driver returns them naive, in the connection's zone
-            convert = connection.ops.convert_datetimefield_value
-            for i in _DATETIMES_AT:
-                values[i] = convert(values[i], None, connection)
-        return row_from_tuple(values)
+        return None if found is None else _job_row(found, connection)
 
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
         if move.recorded or (move.target is None and not change.values):
@@ -147,3 +185,19 @@ class MySQLBackend(GenericBackend):
             cursor.execute(move_sql(change.event, tuple(change.values)), params)
             matched = cursor.rowcount
         return attempt if matched else None
+
+
+def _job_row(found: Sequence[Any], connection: Any) -> JobRow:
+    """The JobRow of ROW_COLUMNS as the driver returned them."""
+    values = list(found)
+    for i in _DATETIMES_AT:
+        values[i] = _aware(values[i], connection)
+    return row_from_tuple(values)
+
+
+def _aware(value: datetime | None, connection: Any) -> datetime | None:
+    """A datetime as the ORM would return it: the driver returns it naive, in the
+    connection's zone."""
+    if not settings.USE_TZ or value is None:
+        return value
+    return connection.ops.convert_datetimefield_value(value, None, connection)

@@ -32,6 +32,25 @@ VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s, %(kwargs)s, %(fingerpri
         %(lease_expires_at)s, 0, %(now)s, %(started_at)s, %(now)s, %(parent)s,
         %(message)s, %(not_before)s, %(expires_at)s, %(sent_at)s)
 
+-- name: insert_many
+-- A batch's intents (PENDING) in one statement, {values} one `insert_many_row` each; a
+-- key that exists changes nothing (a no-op assignment: INSERT IGNORE would also drop,
+-- silently, a row that breaks any other constraint). The rows of the batch's keys are
+-- then read with `rows_of_keys`.
+INSERT INTO {job} (namespace, `key`, task_name, args, kwargs, fingerprint, options, state,
+                   attempt, worker, task_id, lease_expires_at, dispatch_count,
+                   created_at, started_at, updated_at, parent_id, message, not_before,
+                   expires_at, sent_at)
+VALUES {values}
+ON DUPLICATE KEY UPDATE namespace = namespace
+
+-- name: insert_many_row
+(%s, %s, %s, %s, %s, %s, %s, %s, 0, '', %s, NULL, 0, %s, NULL, %s, %s, %s, %s, %s, %s)
+
+-- name: rows_of_keys
+-- {keys}: a placeholder per key of the namespace.
+SELECT `key`, created_at, {row} FROM {job} WHERE namespace = %s AND `key` IN ({keys})
+
 -- name: claim
 UPDATE {job}
 SET state = %(running)s, attempt = attempt + 1, worker = %(worker)s, task_id = %(task_id)s,

@@ -1,4 +1,5 @@
-"""The backend contract: memory, portable (ORM) and PostgreSQL render the same moves.
+"""The backend contract: memory, portable (ORM) and the database's own backend
+(PostgreSQL's, MySQL's) render the same moves.
 
 Each test drives a backend through its public steps only and checks what it reports
 and what it recorded, so the three renderings cannot drift apart.
@@ -21,7 +22,9 @@ from celery_idem.testing import InMemoryBackend
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-KINDS = ["memory", "generic"] + (["native"] if settings.DATABASE_KIND == "postgres" else [])
+#: The database's own backend (PostgreSQL's, MySQL's named queries) where it has one.
+NATIVE = ["native"] if settings.DATABASE_KIND in ("postgres", "mysql") else []
+KINDS = ["memory", "generic", *NATIVE]
 
 
 @pytest.fixture(params=KINDS)
@@ -73,6 +76,22 @@ def test_publish_many_inserts_each_new_key_once_in_order(store):
     assert (a.row.state, a.row.attempt, a.row.task_id) == (State.PENDING, 0, "t-1")
     assert a.row.id != b.row.id
     assert history(store, a.row.id) == []  # the published move records no history
+
+
+def test_publish_many_tells_a_key_apart_by_its_namespace(store):
+    """One key in two namespaces is two jobs; an existing key is found in its own."""
+    def in_namespace(namespace, key, fingerprint="fp"):
+        return Intent(namespace, key, "tests.task", fingerprint, [1], {}, {"queue": "q"})
+
+    existing = store.publish(in_namespace("ns2", "old"), "t-0", timezone.now()).row
+    a1, a2, old, old1 = store.publish_many(
+        [(in_namespace("ns1", "a"), "t-1"), (in_namespace("ns2", "a"), "t-2"),
+         (in_namespace("ns2", "old", "other"), "t-3"), (in_namespace("ns1", "old"), "t-4")],
+        timezone.now())
+    assert a1.won and a2.won and old1.won and not old.won
+    assert len({a1.row.id, a2.row.id, old1.row.id, existing.id}) == 4
+    assert (old.row.id, old.row.fingerprint, old.row.task_id) == (existing.id, "fp", "t-0")
+    assert (a2.row.task_id, old1.row.task_id) == ("t-2", "t-4")
 
 
 def row_version(store, job_id):
