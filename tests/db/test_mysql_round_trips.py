@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
+from celery_idem import batch
 from celery_idem.producer import KEY_HEADER as HEADER
 
 from .test_round_trips import atomic_echo, echo
@@ -64,3 +65,19 @@ def test_inside_the_callers_transaction_a_conflict_rolls_back_its_savepoint_alon
         assert round_trips(lambda: echo.apply_async(args=(5,))) == 7
         assert not connection.needs_rollback
         assert round_trips(lambda: echo.apply_async(args=(6,))) == 5
+
+
+#: A batch outside a transaction: MySQL's backend sends its multi-row INSERT and the read
+#: of the keys' rows each alone; the portable one wraps the two in a transaction (SET
+#: autocommit twice and COMMIT).
+BATCH = {"native": 2, "generic": 5}
+
+
+def test_a_batch_outside_a_transaction_is_its_insert_and_one_read(backend, backend_kind):
+    """The batch's intents in one multi-row INSERT, then one read of its keys' rows."""
+    def batched():
+        with batch():
+            for i in range(10, 15):
+                echo.apply_async(args=(i,))
+
+    assert round_trips(batched) == BATCH[backend_kind]
