@@ -60,13 +60,12 @@ def move_sql(event: str, columns: tuple[str, ...]) -> str:
             .replace("{guard}", render_guard(states.move(event).guard, QUERIES)))
 
 
-@cache
+# Not cached, unlike the moves' statements: one text per batch size would be kept.
 def insert_many_sql(rows: int) -> str:
     return QUERIES["insert_many"].replace(
         "{values}", ", ".join([QUERIES["insert_many_row"]] * rows))
 
 
-@cache
 def rows_of_keys_sql(keys: int) -> str:
     return QUERIES["rows_of_keys"].replace("{keys}", ", ".join(["%s"] * keys))
 
