@@ -44,6 +44,10 @@ class Tier:
     beside: bool = False
 
 
+#: Redis databases, by who uses them (the lanes must not share one; tests/unit/test_tiers.py
+#: checks the tiers' own): 0, 1 the first lane's tiers and tests/packaging; 6, 7 bench/
+#: (bench/_common.py; its smoke tests run in postgres+redis); 2, 3 mariadb+redis; 8, 9
+#: pgbouncer+redis; 10, 11 oldest; 12, 13 celery-compat; 14, 15 newest.
 POSTGRES = {"IDEM_DATABASE": "postgres"}
 MARIADB = {"IDEM_DATABASE": "mysql"}
 #: Worker tests of publishing, canvas, task options, beat, the leader and metrics: the
