@@ -45,8 +45,8 @@ def history(store, job_id):
     return [(e, f and State(f), State(t), a) for e, f, t, a in lines]
 
 
-def intent(key="k", fingerprint="fp"):
-    return Intent("ns", key, "tests.task", fingerprint, [1], {}, {"queue": "q"})
+def intent(key="k", fingerprint="fp", namespace="ns"):
+    return Intent(namespace, key, "tests.task", fingerprint, [1], {}, {"queue": "q"})
 
 
 def claimant(task_id="t-1", lease=60, now=None):
@@ -80,13 +80,10 @@ def test_publish_many_inserts_each_new_key_once_in_order(store):
 
 def test_publish_many_tells_a_key_apart_by_its_namespace(store):
     """One key in two namespaces is two jobs; an existing key is found in its own."""
-    def in_namespace(namespace, key, fingerprint="fp"):
-        return Intent(namespace, key, "tests.task", fingerprint, [1], {}, {"queue": "q"})
-
-    existing = store.publish(in_namespace("ns2", "old"), "t-0", timezone.now()).row
+    existing = store.publish(intent("old", namespace="ns2"), "t-0", timezone.now()).row
     a1, a2, old, old1 = store.publish_many(
-        [(in_namespace("ns1", "a"), "t-1"), (in_namespace("ns2", "a"), "t-2"),
-         (in_namespace("ns2", "old", "other"), "t-3"), (in_namespace("ns1", "old"), "t-4")],
+        [(intent("a", namespace="ns1"), "t-1"), (intent("a", namespace="ns2"), "t-2"),
+         (intent("old", "other", "ns2"), "t-3"), (intent("old", namespace="ns1"), "t-4")],
         timezone.now())
     assert a1.won and a2.won and old1.won and not old.won
     assert len({a1.row.id, a2.row.id, old1.row.id, existing.id}) == 4
