@@ -1,56 +1,27 @@
 """Every benchmark in bench/ runs end to end at a tiny size, so the scripts cannot rot.
 
 The numbers come from full runs (docs/benchmarks.md); this only checks that each command
-works and writes its results. It needs PostgreSQL, Redis and RabbitMQ (and, for the
-stacks of ``--database``, MariaDB and Debian's pgbouncer binary): it runs in the postgres
-tiers, skips in the SQLite tier, and in CI a missing service fails it.
-Each command gets its own throwaway database (``idem_bench_smoke_*``), dropped after.
+works and writes its results. It needs PostgreSQL, Redis and RabbitMQ (the stacks of
+``--database``, MariaDB and Debian's pgbouncer binary too: test_bench_stacks.py): it runs
+in the postgres tiers, skips in the SQLite tier, and in CI a missing service fails it.
+Each module gets its own throwaway database (``idem_bench_smoke_*``, conftest.py),
+dropped after.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
-import uuid
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from tests.conftest import IN_CI, require_service
+from tests.conftest import IN_CI
 
-ROOT = Path(__file__).resolve().parents[2]
+from .scripts import ROOT, run
 
 pytestmark = pytest.mark.skipif(
     settings.DATABASE_KIND != "postgres", reason="benchmarks run on PostgreSQL only")
-
-
-@pytest.fixture(scope="module")
-def bench_env(tmp_path_factory):
-    for service in ("postgres", "redis", "rabbitmq"):
-        require_service(service)
-    name = f"idem_bench_smoke_{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "IDEM_PG_NAME": name,
-           "IDEM_VAR_DIR": str(tmp_path_factory.mktemp("bench-var")),
-           "PYTHONPATH": str(ROOT)}
-    env.pop("IDEM_DB_NAME", None)
-    yield env
-    import psycopg
-
-    with psycopg.connect(dbname="postgres", user="postgres", host="127.0.0.1",
-                         autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def run(env: dict[str, str], tmp_path: Path, script: str, *args: str,
-        timeout: float = 120) -> dict:
-    out = tmp_path / f"{Path(script).stem}.json"
-    proc = subprocess.run([sys.executable, f"bench/{script}", *args, "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return json.loads(out.read_text())
 
 
 def _once_available() -> bool:
@@ -219,91 +190,3 @@ def test_scale(bench_env, tmp_path):
     assert {"default", "exact"} <= set(data["idem_status"])
     assert {"list", "dead-lettered=no", "state=SUCCEEDED", "detail"} <= set(data["admin"])
     assert data["idem_purge"]["deleted_jobs"] > 0 and data["idem_purge"]["inserts"] > 0
-
-
-@pytest.fixture(params=["pgbouncer", "mysql"])
-def stack_env(request, bench_env):
-    """A stack of ``--database`` (bench/stacks.py) other than PostgreSQL directly, whose
-    service must be there: a missing PgBouncer binary or MariaDB fails in CI."""
-    if request.param == "mysql":
-        require_service("mariadb")
-    else:
-        from tests.services.pgbouncer import binary
-
-        if binary() is None:
-            message = "pgbouncer is not installed (Debian: apt-get install pgbouncer)"
-            if IN_CI:
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
-    env = {**bench_env, "IDEM_MYSQL_NAME": bench_env["IDEM_PG_NAME"]}
-    yield request.param, env
-    if request.param == "mysql":
-        import MySQLdb
-
-        conn = MySQLdb.connect(host="127.0.0.1", port=3306, user="root")
-        try:
-            conn.cursor().execute(f"DROP DATABASE IF EXISTS `{env['IDEM_MYSQL_NAME']}`")
-        finally:
-            conn.close()
-
-
-def test_honest_and_publish_batch_on_a_stack(stack_env, tmp_path):
-    """``--database``: every variant on that stack, the plain task its baseline; behind
-    PgBouncer the workload goes through it (its transactions counted, its CPU a group of
-    its own) and the WAL is still read; on MariaDB the server's CPU is a group, WAL n/a.
-    The report and the stacks' figure render from the files, and no PgBouncer is left."""
-    stack, env = stack_env
-    data = run(env, tmp_path, "honest.py", "--database", stack, "--n", "8", "--rounds", "1",
-               "--brokers", "redis", "--variants",
-               "django,floor-django,floor-intent,idem,pub-plain,pub-idem,pub-floor",
-               timeout=180)
-    assert data["settings"]["database"] == stack
-    assert all(r["exactly_once"] and r["database"] == stack for r in data["runs"])
-    idem = data["summary"]["redis"]["idem"]
-    assert idem["median_ratio_to_django"] > 0
-    run_idem = next(r for r in data["runs"] if r["variant"] == "idem")
-    if stack == "pgbouncer":
-        assert set(run_idem["cpu_us_per_task"]) == {"producer", "worker", "postgres",
-                                                    "pgbouncer", "broker"}
-        assert run_idem["pooler_transactions_per_task"] >= 1  # claim, body, commit at least
-        assert run_idem["wal_bytes_per_task_cluster"] > 0
-        assert data["environment"]["stack"]["pgbouncer"]["pool_mode"] == "transaction"
-        pid = data["environment"]["stack"]["pgbouncer"]["pid"]
-        comm = Path(f"/proc/{pid}/comm")  # the run's own PgBouncer was stopped
-        assert not comm.exists() or comm.read_text().strip() != "pgbouncer"
-    else:
-        assert set(run_idem["cpu_us_per_task"]) == {"producer", "worker", "mariadb", "broker"}
-        assert run_idem["wal_bytes_per_task"] is None and run_idem["pg_sessions_per_task"] is None
-        assert data["environment"]["stack"]["mariadb"]["version"]
-    batch = run(env, tmp_path, "publish_batch.py", "--database", stack, "--n", "10",
-                "--rounds", "1")
-    assert batch["database"] == stack
-    assert batch["results"]["batch: publish_many(group)"]["intent_statements_per_batch"] == 1
-
-    other = tmp_path / "postgres.json"  # a second file: the comparison table and figure
-    other.write_text(json.dumps({**data, "settings": {**data["settings"],
-                                                      "database": "postgres"}}))
-    files = [str(other), str(tmp_path / "honest.json")]
-    proc = subprocess.run([sys.executable, "bench/report.py", *files], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| redis: × plain, same stack and round | PostgreSQL |" in proc.stdout
-    if not IN_CI:
-        pytest.importorskip("matplotlib")
-    png = tmp_path / "stacks.png"
-    proc = subprocess.run([sys.executable, "bench/plot.py", "--stacks", *files, "--output",
-                           str(png)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert png.stat().st_size > 1000
-
-
-def test_cpu_profile_on_a_stack(stack_env, tmp_path):
-    """``--database``: both loops on that stack (MariaDB through the library's MySQL
-    backend, PostgreSQL through a PgBouncer of the run's own), every effect written once."""
-    stack, env = stack_env
-    data = run(env, tmp_path, "cpu_profile.py", "--database", stack, "--n", "10",
-               "--rounds", "1", timeout=180)
-    assert data["settings"]["database"] == stack
-    assert all(m["cpu_us"] > 0 for m in data["median"].values())
-    assert set(data["ratios"]) == {"publish", "task"}
