@@ -25,9 +25,10 @@ Measured: this process's CPU (``time.process_time``: user + system, PostgreSQL's
 broker's CPU are not in it) and wall time, per operation; medians over rounds and the
 ratio idempotent / plain. ``--profile publish-idem|task-idem|publish-plain|task-plain``
 runs that loop once more under cProfile (timed in CPU time) and prints the top entries
-(cumulative and own time); ``--dump`` keeps the stats for pstats. ``--durability broker``
-runs both idempotent loops with ``CELERY_IDEM_DURABILITY = "broker"``: no intent at
-publish, the worker's claim inserts the row. ``--database`` is the stack, as
+(cumulative and own time), and writes no results file unless ``--out`` names one;
+``--dump`` keeps the stats for pstats. ``--durability broker`` runs both idempotent loops
+with ``CELERY_IDEM_DURABILITY = "broker"``: no intent at publish, the worker's claim
+inserts the row. ``--database`` is the stack, as
 ``bench/stacks.py`` opens it: ``postgres`` (the default; ``IDEM_PG_NAME``, default
 ``idem_bench``), ``pgbouncer`` (a PgBouncer of its own in front of it) or ``mysql``
 (MariaDB, the library's MySQL backend; ``IDEM_MYSQL_NAME``, default the same name). Only
@@ -236,7 +237,8 @@ def _run(args: argparse.Namespace, queue: str) -> int:
             "by_round": {k: [{m: round(x, 1) for m, x in s.items()} for s in v]
                          for k, v in samples.items()},
             "median": median, "ratios": ratios, "loadavg_end": c.loadavg()}
-    c.write_result("cpu_profile", data, args.out)
+    if args.out or not args.profile:  # a profiling run keeps the committed results
+        c.write_result("cpu_profile", data, args.out)
     print(f"\n{'loop':16} " + " ".join(f"{m:>10}" for m in metrics))
     for name, m in median.items():
         print(f"{name:16} " + " ".join(f"{m[k]:10.1f}" for k in metrics))
