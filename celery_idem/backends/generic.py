@@ -58,6 +58,21 @@ def _columns(move: Move, intent: Intent, now: datetime, task_id: str) -> dict[st
             "sent_at": now if intent.sent else None, "created_at": now, "updated_at": now}
 
 
+def keys_by_namespace(intents: list[tuple[Intent, str]]) -> dict[str, dict[str, str]]:
+    """A batch's keys per namespace, each with its publish's task id."""
+    batch: dict[str, dict[str, str]] = {}
+    for intent, task_id in intents:
+        batch.setdefault(intent.namespace, {})[intent.key] = task_id
+    return batch
+
+
+def read_back(row: JobRow, created_at: datetime | None, now: datetime,
+              task_id: str) -> ClaimOutcome:
+    """A batch's row as read after its INSERT: won if this batch inserted it, which is
+    when it carries the publish's task id and the batch's ``now`` as created_at."""
+    return ClaimOutcome(created_at == now and row.task_id == task_id, row)
+
+
 class GenericBackend(Backend):
     """Backend for any database Django supports."""
 
@@ -103,18 +118,14 @@ class GenericBackend(Backend):
         # One multi-row INSERT whose conflicts on (namespace, key) change nothing: a no-op
         # update of the key's own namespace, not ignore_conflicts (INSERT IGNORE / INSERT
         # OR IGNORE would also drop a row that breaks any other constraint, silently).
-        # Then one read of the batch's keys: a row this batch inserted carries its task id
-        # and ``now`` as created_at.
+        # Then one read of the batch's keys (``read_back``).
         features = connections[self.alias].features
         target = ["namespace", "key"] if features.supports_update_conflicts_with_target else None
         jobs = [Job(**_columns(move, intent, now, task_id)) for intent, task_id in intents]
-        by_namespace: dict[str, list[str]] = {}
-        for intent, _ in intents:
-            by_namespace.setdefault(intent.namespace, []).append(intent.key)
+        batch = keys_by_namespace(intents)
         found = Q()
-        for namespace, keys in by_namespace.items():
-            found |= Q(namespace=namespace, key__in=keys)
-        mine = {(i.namespace, i.key): task_id for i, task_id in intents}
+        for namespace, keys in batch.items():
+            found |= Q(namespace=namespace, key__in=list(keys))
         with transaction.atomic(using=self.alias):
             self._jobs().bulk_create(jobs, update_conflicts=True, update_fields=["namespace"],
                                      unique_fields=target)
@@ -122,9 +133,10 @@ class GenericBackend(Backend):
                 "namespace", "key", "created_at", *ROW_COLUMNS)
             outcomes = {}
             for values in rows:
-                name = (values.pop("namespace"), values.pop("key"))
-                won = values.pop("created_at") == now and values["task_id"] == mine[name]
-                outcomes[name] = ClaimOutcome(won, JobRow.from_values(values))
+                namespace, key = values.pop("namespace"), values.pop("key")
+                created_at = values.pop("created_at")
+                outcomes[namespace, key] = read_back(JobRow.from_values(values), created_at,
+                                                     now, batch[namespace][key])
             if move.recorded:
                 Transition.objects.using(self.alias).bulk_create(
                     Transition(job_id=o.row.id, event=move.event, to_state=move.target,

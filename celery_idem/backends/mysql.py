@@ -27,7 +27,7 @@ from django.db import IntegrityError, connections
 from .. import states
 from ..models import Job
 from ..states import Move, State
-from .generic import GenericBackend
+from .generic import GenericBackend, keys_by_namespace, read_back
 from .queries import load_queries, render_guard
 from .values import (
     DUPLICATE,
@@ -115,28 +115,24 @@ class MySQLBackend(GenericBackend):
         adapt = connection.ops.adapt_datetimefield_value
         at = adapt(now)
         params: list[Any] = []
-        keys: dict[str, list[str]] = {}
         for intent, task_id in intents:  # in insert_many_row's order
             params += (intent.namespace, intent.key, intent.task_name, json_text(intent.args),
                        json_text(intent.kwargs), intent.fingerprint, json_text(intent.options),
                        move.target.value, task_id, at, at, intent.parent_id,
                        json_text(intent.message), adapt(intent.not_before),
                        adapt(intent.expires_at), at if intent.sent else None)
-            keys.setdefault(intent.namespace, []).append(intent.key)
-        mine = {(i.namespace, i.key): task_id for i, task_id in intents}
         outcomes = {}
-        # As the portable backend: a row this batch inserted carries its task id and
-        # ``now`` as created_at. Each statement alone (a write alone is one round trip):
-        # nothing rewrites those two columns of a row whose message has not left yet.
+        # Read back as the portable backend's (``read_back``), each statement alone (a write
+        # alone is one round trip): nothing rewrites a row's task id or created_at before
+        # its message has left.
         with connection.cursor() as cursor:
             cursor.execute(insert_many_sql(len(intents)), params)
-            for namespace, names in keys.items():
-                cursor.execute(rows_of_keys_sql(len(names)), [namespace, *names])
+            for namespace, keys in keys_by_namespace(intents).items():
+                cursor.execute(rows_of_keys_sql(len(keys)), [namespace, *keys])
                 for key, created_at, *values in cursor.fetchall():
-                    row = _job_row(values, connection)
-                    won = (_aware(created_at, connection) == now
-                           and row.task_id == mine[namespace, key])
-                    outcomes[namespace, key] = ClaimOutcome(won, row)
+                    outcomes[namespace, key] = read_back(
+                        _job_row(values, connection), _aware(created_at, connection), now,
+                        keys[key])
         return outcomes
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
