@@ -3,8 +3,11 @@ starts from. The variants themselves are listed in honest.py's docstring."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -14,12 +17,17 @@ from bench import _common as c
 
 VARIANTS = ("raw", "django", "once", "floor", "floor-django", "floor-intent", "idem",
             "idem-broker", "atomic", "atomic1", "replay", "replay-sent", "pub-plain", "pub-idem", "pub-async",
-            "pub-broker", "pub-floor")
+            "pub-broker", "pub-floor", "floor-bare", "floor-bare-broker", "floor-wide", "floor-split", "floor-split-hot")
 #: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
 BROKER_DURABILITY = ("idem-broker", "pub-broker")
 #: The variants that write the floor's intent before each publish.
 FLOOR_INTENT = ("floor-intent", "pub-floor")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
+#: The layout floors (PostgreSQL only): the library's statements on a candidate layout of
+#: the job row (bench/layouts_sql.py), the intent written at publish as the library's is,
+#: except in ``floor-bare-broker`` (durability "broker": the claim inserts the row).
+LAYOUT_FLOORS = {"floor-bare": "bare", "floor-bare-broker": "bare", "floor-wide": "current",
+                 "floor-split": "split", "floor-split-hot": "split_hot"}
 
 
 def sender(variant: str) -> Any:
@@ -28,6 +36,8 @@ def sender(variant: str) -> Any:
     from bench.worker_app import app
     from django_app.effects import bench_tasks as t
 
+    if variant in LAYOUT_FLOORS:
+        return layout_sender(LAYOUT_FLOORS[variant], intent=variant != "floor-bare-broker")
     if variant in RAW_APP:
         name = RAW_APP[variant]
         return lambda key, queue, producer: app.send_task(
@@ -56,6 +66,34 @@ def floor_intent(key: str) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(INTENT[connection.vendor], (key,))
+
+
+def layout_sender(layout: str, intent: bool) -> Any:
+    """Publishing for a layout floor: the layout's intent (unless not ``intent``), with
+    the values the library's row of the same task holds (a lean stored message, the
+    arguments, the queue), autocommitted on this process's Django connection, then the
+    message."""
+    from django.db import connection
+
+    from bench import layouts_sql
+    from django_app.effects import bench_tasks as t
+
+    statement = layouts_sql.LAYOUTS[layout].intent
+
+    def send(key: str, queue: str, producer: Any) -> Any:
+        task_id, args = str(uuid.uuid4()), json.dumps([key])
+        if not intent:
+            return t.bench_floor_layout.apply_async((key, layout, True), queue=queue,
+                                                    producer=producer, task_id=task_id)
+        with connection.cursor() as cursor:
+            cursor.execute(statement, {
+                "namespace": t.LAYOUT_NAMESPACE, "key": key, "task_name": t.LAYOUT_NAMESPACE,
+                "fingerprint": hashlib.sha256(args.encode()).hexdigest(), "args": args,
+                "kwargs": "{}", "options": json.dumps({"queue": queue}),
+                "message": layouts_sql.LEAN_MESSAGE, "task_id": task_id})
+        return t.bench_floor_layout.apply_async((key, layout), queue=queue,
+                                                producer=producer, task_id=task_id)
+    return send
 
 
 #: The variants that publish keys already SUCCEEDED.
@@ -148,16 +186,20 @@ FINISH_PENDING = {
 }
 
 
-def reset() -> None:
-    """Empty the tables a run writes: the library's, the effects, the floors' own."""
+def reset(variant: str) -> None:
+    """Empty the tables a run writes: the library's, the effects, the floors' own, and
+    make a layout floor's tables anew."""
     from django.db import connection
 
+    from bench import layouts_sql
     from bench.floor_sql import TABLE
 
     c.reset_tables()
     with connection.cursor() as cursor:  # the floors' table (floor, floor-django, -intent)
         cursor.execute(TABLE[connection.vendor])
         cursor.execute("TRUNCATE TABLE bench_floor_job")
+        if variant in LAYOUT_FLOORS:
+            layouts_sql.create(cursor, LAYOUT_FLOORS[variant])
 
 
 def effects(prefix: str) -> int:

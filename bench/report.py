@@ -10,7 +10,7 @@ Medians of the rounds; in brackets the lowest and highest round. Ratios are take
 round (to ``django`` for the worker variants, to ``pub-plain`` for publishing, to the
 floor of the variant's own shape in its own column), then their median: so a drift
 between rounds cancels. The floor column: the modes that write an intent at publish
-(``idem``, ``atomic``, ``replay``, ``atomic1``) against ``floor-intent`` where the file
+(``idem``, ``atomic``, ``replay``, ``atomic1``, the layout floors) against ``floor-intent`` where the file
 has it; every other variant against ``floor-django`` (the floor of the same stack inside
 the same Django task), else ``floor``.
 """
@@ -32,6 +32,11 @@ LABELS = {
     "once": "celery-once", "floor": "floor (the protocol in raw SQL)",
     "floor-django": "floor, in the Django task",
     "floor-intent": "floor with an intent at publish, in the Django task",
+    "floor-bare": "floor on a bare job table (key and moving columns, HOT)",
+    "floor-bare-broker": "floor on a bare job table, no intent (durability `broker`)",
+    "floor-wide": "floor on today's job table (every index, the library's row)",
+    "floor-split": "floor on the split layout (a narrow table for the moving columns)",
+    "floor-split-hot": "floor on the split layout, no index on the narrow table (HOT)",
     "idem": "`IdempotentTask`", "atomic": "`atomic=True`",
     "atomic1": "one-statement atomic (prototype)",
     "replay": "replay of finished keys (answered at publish)",
@@ -43,7 +48,8 @@ STACKS = {"postgres": "PostgreSQL", "pgbouncer": "PostgreSQL behind PgBouncer",
           "mysql": "MariaDB"}
 PUBLISH = ("pub-plain", "pub-idem", "pub-async", "pub-broker", "pub-floor")
 #: The variants that write an intent at publish: their floor is ``floor-intent``.
-WITH_INTENT = ("idem", "atomic", "replay", "replay-sent", "atomic1")
+WITH_INTENT = ("idem", "atomic", "replay", "replay-sent", "atomic1", "floor-bare", "floor-wide",
+               "floor-split", "floor-split-hot")
 
 
 def _rounds(data: dict[str, Any], broker: str) -> dict[int, dict[str, dict[str, Any]]]:
@@ -135,7 +141,9 @@ def _wal(e: dict[str, Any], stack: str) -> str:
 
 
 #: The variants compared across stacks, and the baseline of each.
-COMPARED = {"floor-django": "django", "floor-intent": "django", "idem": "django",
+COMPARED = {"floor-django": "django", "floor-intent": "django", "floor-bare": "django",
+            "floor-bare-broker": "django", "floor-wide": "django", "floor-split": "django",
+            "floor-split-hot": "django", "idem": "django",
             "atomic": "django", "replay": "django", "replay-sent": "django", "idem-broker": "django", "once": "django",
             "pub-idem": "pub-plain", "pub-broker": "pub-plain", "pub-floor": "pub-plain"}
 

@@ -16,7 +16,7 @@ import os
 from celery import shared_task
 from django.db import IntegrityError, connection
 
-from bench import floor_sql
+from bench import floor_sql, layouts_sql
 from celery_idem import IdempotentTask
 
 from .models import Effect
@@ -78,6 +78,33 @@ def bench_floor_django(key):
             return None  # finished, or running elsewhere
         _write(key)
         cursor.execute(floor_sql.COMMIT[connection.vendor], (json.dumps(key), key, attempt))
+    return key
+
+
+#: The layout floors' values of a claim (bench/layouts_sql.py); the namespace is the
+#: intent's (bench/honest_variants.py).
+LAYOUT_NAMESPACE, LAYOUT_WORKER = "bench.floor_layout", "bench@floor/1"
+
+
+@shared_task(name="bench.floor_layout", bind=True, ignore_result=True)
+def bench_floor_layout(self, key, layout, upsert=False):
+    """The library's statements on a candidate layout of the job row (bench/layouts_sql.py),
+    in raw SQL on Django's connection around the same ORM create: the layout's claim by key
+    (the intent was written at publish; with ``upsert``, none was and the bare table's
+    claim inserts the row) and its fenced commit. What the table costs, without the
+    library's Python."""
+    statements = layouts_sql.LAYOUTS[layout]
+    claim = layouts_sql.BARE_CLAIM_UPSERT if upsert else statements.claim_by_key
+    with connection.cursor() as cursor:
+        cursor.execute(claim, {
+            "namespace": LAYOUT_NAMESPACE, "key": key, "worker": LAYOUT_WORKER,
+            "task_id": self.request.id})
+        row = cursor.fetchone()
+        if row is None:
+            return None  # finished, or running elsewhere
+        _write(key)
+        cursor.execute(statements.commit, {"id": row[0], "attempt": row[1],
+                                           "result": json.dumps(key)})
     return key
 
 
