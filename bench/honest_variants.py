@@ -16,8 +16,9 @@ from unittest import mock
 from bench import _common as c
 
 VARIANTS = ("raw", "django", "once", "floor", "floor-django", "floor-intent", "idem",
-            "idem-broker", "atomic", "atomic1", "replay", "replay-sent", "pub-plain", "pub-idem", "pub-async",
-            "pub-broker", "pub-floor", "floor-bare", "floor-bare-broker", "floor-wide", "floor-split", "floor-split-hot")
+            "idem-broker", "atomic", "atomic1", "replay", "replay-sent", "pub-plain", "pub-idem",
+            "pub-async", "pub-broker", "pub-floor", "floor-bare", "floor-bare-broker",
+            "floor-wide", "floor-split", "floor-split-hot")
 #: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
 BROKER_DURABILITY = ("idem-broker", "pub-broker")
 #: The variants that write the floor's intent before each publish.
