@@ -11,7 +11,8 @@ dashed lines are the issue's targets (0.85 default mode, 0.95 atomic, 1.0 replay
 
 compares stacks instead: results files of ``bench/honest.py --database ...`` (one per
 stack), each variant's rate as a ratio to the plain task of the same stack and round
-(``report.stack_ratios``), one bar per stack.
+(``report.stack_ratios``), one bar per stack; ``--targets 0.8,0.85`` draws those ratios
+as dotted lines.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def plot(data: dict, output: Path, title: str | None = None) -> Path:
 
 
 def plot_stacks(files: list[dict], output: Path, broker: str | None = None,
-                title: str | None = None) -> Path:
+                title: str | None = None, targets: tuple[float, ...] = ()) -> Path:
     import statistics
 
     import matplotlib
@@ -125,6 +126,10 @@ def plot_stacks(files: list[dict], output: Path, broker: str | None = None,
             ax.annotate(f"{y:.2f}", (bar.get_x() + bar.get_width() / 2, y), xytext=(0, 3),
                         textcoords="offset points", ha="center", fontsize=7)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    for target in targets:
+        ax.axhline(target, color="firebrick", linestyle=":", linewidth=0.9)
+        ax.annotate(f"target {target:g}", (len(variants) - 0.5, target), xytext=(0, 2),
+                    textcoords="offset points", ha="right", fontsize=7, color="firebrick")
     top = max([1.0, *(max(v) for by_stack in by_variant.values() for v in by_stack.values())])
     ax.set_ylim(0, top * 1.25)  # room for the legend above the bars
     ax.set_xticks(range(len(variants)),
@@ -155,13 +160,16 @@ def main(argv: list[str] | None = None) -> int:
                          "stacks' figure (default output docs/benchmarks-stacks.png)")
     ap.add_argument("--broker", default=None, help="with --stacks: the broker (default the "
                     "first file's first)")
+    ap.add_argument("--targets", default="", help="with --stacks: ratios drawn as dotted "
+                    "lines, e.g. 0.8,0.85 (issue 21's)")
     ap.add_argument("--output", default=None, help="default docs/benchmarks-throughput.png")
     ap.add_argument("--title", default=None)
     args = ap.parse_args(argv)
     if args.stacks:
         files = [json.loads(Path(f).read_text()) for f in args.stacks]
         print(plot_stacks(files, Path(args.output or ROOT / "docs" / "benchmarks-stacks.png"),
-                          args.broker, args.title))
+                          args.broker, args.title,
+                          tuple(float(t) for t in args.targets.split(",") if t)))
         return 0
     data = json.loads(Path(args.input).read_text())
     print(plot(data, Path(args.output or ROOT / "docs" / "benchmarks-throughput.png"),
