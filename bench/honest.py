@@ -9,8 +9,8 @@ is the plain task on that same stack: ``postgres`` (directly, the default),
 ``pgbouncer`` (the same server behind a PgBouncer the run starts for itself, in
 transaction pooling mode, the producer and the workers connected through it) or
 ``mysql`` (MariaDB, with the library's MySQL backend; ``raw``, ``floor``, ``atomic1``,
-``pub-async`` and the layout floors are PostgreSQL's only; ``floor-django`` and
-``floor-intent`` run on every stack).
+``pub-async``, ``floor-split`` and ``floor-split-hot`` are PostgreSQL's only; the other
+floors run on every stack).
 
 Each run starts a fresh prefork worker (``-c 2``, acks_late, reject on worker lost,
 prefetch 1), warms it up with a few tasks, then this process publishes N messages while
@@ -49,14 +49,15 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
   leaves (one raw INSERT of the key, PENDING, on the producer's Django connection,
   committed and flushed: ``floor_sql.INTENT``), which the claim then takes: the least the
   default mode's shape (durability in the database) costs, on every stack;
-- ``floor-bare``, ``floor-wide``, ``floor-split``, ``floor-split-hot`` (PostgreSQL
-  only; ``floor-bare-broker``: ``floor-bare`` without the intent, the claim an upsert,
-  as durability ``broker``'s): the layout floors, the library's statements in raw SQL on a candidate layout
-  of the job row (bench/layouts_sql.py: a bare table of the key and the moving columns,
-  today's table, the split layout, the split layout with no index on its narrow table),
-  with the values the library's row holds, the intent flushed and the claim and commit
-  not, as the default mode's: against each other what a layout costs, ``floor-wide``
-  against ``idem`` what the library's Python adds;
+- ``floor-bare``, ``floor-wide``, ``floor-split``, ``floor-split-hot`` (the last two
+  PostgreSQL only; ``floor-bare-broker``: ``floor-bare`` without the intent, the claim
+  inserting the row, as durability ``broker``'s): the layout floors, the library's
+  statements in raw SQL on a candidate layout of the job row (bench/layouts_sql.py: a
+  bare table of the key and the moving columns, today's table, the split layout, the
+  split layout with no index on its narrow table), with the values the library's row
+  holds and its flushes (on PostgreSQL the intent flushed, the claim and commit not):
+  against each other what a layout costs, ``floor-wide`` against ``idem`` what the
+  library's Python adds;
 - ``idem``: ``IdempotentTask`` (default mode); ``atomic``: ``atomic=True``;
 - ``atomic1``: the prototype of a one-statement atomic path (bench/onestmt.py, not the
   library: the body, then one conditional PENDING -> SUCCEEDED; issue 11 item 4);

@@ -24,7 +24,8 @@ BROKER_DURABILITY = ("idem-broker", "pub-broker")
 #: The variants that write the floor's intent before each publish.
 FLOOR_INTENT = ("floor-intent", "pub-floor")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
-#: The layout floors (PostgreSQL only): the library's statements on a candidate layout of
+#: The layout floors (``floor-split`` and ``floor-split-hot`` PostgreSQL's only, as
+#: bench/stacks.py says): the library's statements on a candidate layout of
 #: the job row (bench/layouts_sql.py), the intent written at publish as the library's is,
 #: except in ``floor-bare-broker`` (durability "broker": the claim inserts the row).
 LAYOUT_FLOORS = {"floor-bare": "bare", "floor-bare-broker": "bare", "floor-wide": "current",
@@ -79,7 +80,7 @@ def layout_sender(layout: str, intent: bool) -> Any:
     from bench import layouts_sql
     from django_app.effects import bench_tasks as t
 
-    statement = layouts_sql.LAYOUTS[layout].intent
+    statement = layouts_sql.layouts(connection.vendor)[layout].intent
 
     def send(key: str, queue: str, producer: Any) -> Any:
         task_id, args = str(uuid.uuid4()), json.dumps([key])
@@ -200,7 +201,7 @@ def reset(variant: str) -> None:
         cursor.execute(TABLE[connection.vendor])
         cursor.execute("TRUNCATE TABLE bench_floor_job")
         if variant in LAYOUT_FLOORS:
-            layouts_sql.create(cursor, LAYOUT_FLOORS[variant])
+            layouts_sql.create(cursor, LAYOUT_FLOORS[variant], connection.vendor)
 
 
 def effects(prefix: str) -> int:

@@ -1,5 +1,6 @@
-"""Candidate layouts of the job row (issue 21 item 2) in raw SQL, PostgreSQL 15+: each
-layout's tables and the intent, claim and commit the library would run on them.
+"""Candidate layouts of the job row (issue 21 item 2) in raw SQL, PostgreSQL 15+ (and the
+least table and today's on MySQL/MariaDB, ``MYSQL_LAYOUTS``): each layout's tables and the
+intent, claim and commit the library would run on them.
 
 Plain strings, like bench/floor_sql.py. Two users:
 
@@ -95,9 +96,10 @@ def _split(state_indexes: bool) -> list[str]:
 class Layout:
     ddl: list[str]
     intent: str
-    claim_by_id: str
     claim_by_key: str
     commit: str
+    claim_by_id: str = ""  # PostgreSQL's, for wal_layouts.py
+    claim_read: str = ""  # MySQL's: the claim's row read back, (id, attempt)
 
 
 _COLS = ("namespace, key, task_name, fingerprint, created_at, args, kwargs, options, message,"
@@ -174,11 +176,64 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
-def create(cursor, name: str) -> None:
-    """(Re)create layout ``name``'s tables, alone in the schema."""
-    cursor.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-    cursor.execute(f"CREATE SCHEMA {SCHEMA}")
-    for sql in LAYOUTS[name].ddl:
+# -- MySQL/MariaDB: the least table and today's ------------------------------------------
+# A table of the benchmark database, no schema of its own. No UPDATE ... RETURNING: the
+# claim is its UPDATE, then ``claim_read``, as the library's MySQL backend does it
+# (mysql.sql: `claim`, then `row`). Every commit is flushed, as the library's are there.
+_M_JOB = "bench_layouts_job"
+_M_NOW = "UTC_TIMESTAMP(6)"
+_M_KEY = ("namespace varchar(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,"
+          " `key` varchar(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL")
+_M_MOVING = ("state varchar(16) NOT NULL, attempt int unsigned NOT NULL DEFAULT 0, worker"
+             " varchar(255) NOT NULL DEFAULT '', task_id varchar(255) NOT NULL, lease_expires_at"
+             " datetime(6), not_before datetime(6), dispatch_count int unsigned NOT NULL DEFAULT"
+             " 0, result json, error json, started_at datetime(6), finished_at datetime(6),"
+             " updated_at datetime(6) NOT NULL, sent_at datetime(6)")
+_M_WHERE_KEY = "WHERE `key` = %(key)s AND namespace = %(namespace)s"
+_M_MOVES = {
+    "claim_by_key": f"UPDATE {_M_JOB} SET state = 'RUNNING', attempt = attempt + 1, worker ="
+                    f" %(worker)s, task_id = %(task_id)s, lease_expires_at = {_M_NOW} +"
+                    f" INTERVAL 1 HOUR, not_before = NULL, started_at = {_M_NOW}, updated_at ="
+                    f" {_M_NOW} {_M_WHERE_KEY} AND state = 'PENDING'",
+    "claim_read": f"SELECT id, attempt FROM {_M_JOB} {_M_WHERE_KEY}",
+    "commit": f"UPDATE {_M_JOB} SET state = 'SUCCEEDED', updated_at = {_M_NOW}, finished_at ="
+              f" {_M_NOW}, lease_expires_at = NULL, result = %(result)s WHERE id = %(id)s"
+              " AND state = 'RUNNING' AND attempt = %(attempt)s",
+}
+MYSQL_LAYOUTS: dict[str, Layout] = {
+    "bare": Layout([f"CREATE TABLE {_M_JOB} (id bigint AUTO_INCREMENT PRIMARY KEY, {_M_KEY},"
+                    f" {_M_MOVING}, UNIQUE (`key`, namespace))"],
+                   f"INSERT INTO {_M_JOB} (namespace, `key`, state, task_id, updated_at) VALUES"
+                   f" (%(namespace)s, %(key)s, 'PENDING', %(task_id)s, {_M_NOW})", **_M_MOVES),
+    "current": Layout([f"CREATE TABLE {_M_JOB} LIKE celery_idem_job"],
+                      f"INSERT INTO {_M_JOB} (namespace, `key`, task_name, fingerprint, created_at,"
+                      " args, kwargs, options, message, state, task_id, updated_at, sent_at,"
+                      " attempt, worker, dispatch_count) VALUES (%(namespace)s, %(key)s,"
+                      f" %(task_name)s, %(fingerprint)s, {_M_NOW}, %(args)s, %(kwargs)s,"
+                      f" %(options)s, %(message)s, 'PENDING', %(task_id)s, {_M_NOW}, {_M_NOW},"
+                      " 0, '', 0)", **_M_MOVES),
+}
+#: The least table's claim with no intent before it, on MySQL: the INSERT of the claimed
+#: row (attempt 1); on a duplicate key, ``claim_by_key`` and ``claim_read``.
+MYSQL_BARE_CLAIM_INSERT = (
+    f"INSERT INTO {_M_JOB} (namespace, `key`, state, attempt, worker, task_id,"
+    f" lease_expires_at, started_at, updated_at) VALUES (%(namespace)s, %(key)s, 'RUNNING',"
+    f" 1, %(worker)s, %(task_id)s, {_M_NOW} + INTERVAL 1 HOUR, {_M_NOW}, {_M_NOW})")
+
+
+def layouts(vendor: str) -> dict[str, Layout]:
+    """The layouts a Django database vendor has here."""
+    return LAYOUTS if vendor == "postgresql" else MYSQL_LAYOUTS
+
+
+def create(cursor, name: str, vendor: str = "postgresql") -> None:
+    """(Re)create layout ``name``'s tables, alone in the schema (on MySQL, the table)."""
+    if vendor == "postgresql":
+        cursor.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        cursor.execute(f"CREATE SCHEMA {SCHEMA}")
+    else:
+        cursor.execute(f"DROP TABLE IF EXISTS {_M_JOB}")
+    for sql in layouts(vendor)[name].ddl:
         cursor.execute(sql)
 
 

@@ -32,7 +32,7 @@ LABELS = {
     "once": "celery-once", "floor": "floor (the protocol in raw SQL)",
     "floor-django": "floor, in the Django task",
     "floor-intent": "floor with an intent at publish, in the Django task",
-    "floor-bare": "floor on the least job table, HOT",
+    "floor-bare": "floor on the least job table",
     "floor-bare-broker": "floor on the least job table, no intent",
     "floor-wide": "floor on today's job table",
     "floor-split": "floor on the split layout",

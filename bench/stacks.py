@@ -35,8 +35,7 @@ from bench._connections import close_django_connections
 STACKS = ("postgres", "pgbouncer", "mysql")
 #: Variants that need PostgreSQL itself (raw psycopg workers, PostgreSQL SQL, a patch of
 #: the PostgreSQL backend): not run on MariaDB.
-POSTGRES_ONLY = ("raw", "floor", "atomic1", "pub-async", "floor-bare", "floor-bare-broker",
-                 "floor-wide", "floor-split", "floor-split-hot")
+POSTGRES_ONLY = ("raw", "floor", "atomic1", "pub-async", "floor-split", "floor-split-hot")
 #: The database server's CPU group in a run's ``cpu_us_per_task``, per stack.
 DB_GROUP = {"postgres": "postgres", "pgbouncer": "postgres", "mysql": "mariadb"}
 #: PgBouncer's own default_pool_size.

@@ -93,19 +93,36 @@ def bench_floor_layout(self, key, layout, upsert=False):
     (the intent was written at publish; with ``upsert``, none was and the bare table's
     claim inserts the row) and its fenced commit. What the table costs, without the
     library's Python."""
-    statements = layouts_sql.LAYOUTS[layout]
-    claim = layouts_sql.BARE_CLAIM_UPSERT if upsert else statements.claim_by_key
+    statements = layouts_sql.layouts(connection.vendor)[layout]
+    params = {"namespace": LAYOUT_NAMESPACE, "key": key, "worker": LAYOUT_WORKER,
+              "task_id": self.request.id}
     with connection.cursor() as cursor:
-        cursor.execute(claim, {
-            "namespace": LAYOUT_NAMESPACE, "key": key, "worker": LAYOUT_WORKER,
-            "task_id": self.request.id})
-        row = cursor.fetchone()
-        if row is None:
+        claimed = _layout_claim(cursor, statements, params, upsert)
+        if claimed is None:
             return None  # finished, or running elsewhere
         _write(key)
-        cursor.execute(statements.commit, {"id": row[0], "attempt": row[1],
+        cursor.execute(statements.commit, {"id": claimed[0], "attempt": claimed[1],
                                            "result": json.dumps(key)})
     return key
+
+
+def _layout_claim(cursor, statements, params, upsert):
+    """A layout floor's claim: (id, attempt), or None if the key is taken."""
+    if connection.vendor == "postgresql":
+        cursor.execute(layouts_sql.BARE_CLAIM_UPSERT if upsert else statements.claim_by_key,
+                       params)
+        return cursor.fetchone()
+    if upsert:
+        try:
+            cursor.execute(layouts_sql.MYSQL_BARE_CLAIM_INSERT, params)
+            return cursor.lastrowid, 1
+        except IntegrityError:
+            pass  # the key exists: claim it if PENDING
+    cursor.execute(statements.claim_by_key, params)
+    if cursor.rowcount != 1:
+        return None
+    cursor.execute(statements.claim_read, params)
+    return cursor.fetchone()
 
 
 @shared_task(name="bench.retry", base=IdempotentTask, bind=True, ignore_result=True,

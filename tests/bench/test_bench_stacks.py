@@ -20,14 +20,16 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_honest_and_publish_batch_on_a_stack(stack_env, tmp_path):
-    """``--database``: every variant on that stack, the plain task its baseline; behind
-    PgBouncer the workload goes through it (its transactions counted, its CPU a group of
-    its own) and the WAL is still read; on MariaDB the server's CPU is a group, WAL n/a.
-    The report and the stacks' figure render from the files, and no PgBouncer is left."""
+    """``--database``: every variant on that stack (the layout floors of every stack too),
+    the plain task its baseline; behind PgBouncer the workload goes through it (its
+    transactions counted, its CPU a group of its own) and the WAL is still read; on MariaDB
+    the server's CPU is a group, WAL n/a. The report and the stacks' figure render from the
+    files, and no PgBouncer is left."""
     stack, env = stack_env
     data = run(env, tmp_path, "honest.py", "--database", stack, "--n", "8", "--rounds", "1",
                "--brokers", "redis", "--variants",
-               "django,floor-django,floor-intent,idem,pub-plain,pub-idem,pub-floor",
+               "django,floor-django,floor-intent,floor-bare,floor-bare-broker,floor-wide,idem,"
+               "pub-plain,pub-idem,pub-floor",
                timeout=180)
     assert data["settings"]["database"] == stack
     assert all(r["exactly_once"] and r["database"] == stack for r in data["runs"])
