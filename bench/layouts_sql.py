@@ -6,14 +6,14 @@ Plain strings, like bench/floor_sql.py. Two users:
 
 - bench/wal_layouts.py: WAL per statement, the claim and the commit by the id the intent
   returned;
-- the honest benchmark's layout floors (``floor-bare``, ``floor-wide``, ``floor-split``,
-  ``floor-split-hot``: bench/honest_variants.py, ``bench.floor_layout`` in
-  django_app/effects/bench_tasks.py): end to end, with real workers, the claim by key as
-  a worker's is. Against each other they show what a layout costs; ``floor-wide``
-  against ``idem``, what the library adds on top of its table.
+- the honest benchmark's layout floors (``floor-bare``, ``floor-bare-broker``,
+  ``floor-wide``, ``floor-split``, ``floor-split-hot``: bench/honest_variants.py,
+  ``bench.floor_layout`` in django_app/effects/bench_tasks.py): end to end, with real
+  workers, the claim by key as a worker's is. Against each other they show what a layout
+  costs; ``floor-wide`` against ``idem``, what the library adds on top of its table.
 
-The claim and the commit do not wait for the WAL flush and the intent does, as in the
-library's default mode.
+On PostgreSQL the claim and the commit do not wait for the WAL flush and the intent does,
+as in the library's default mode; on MySQL every commit is flushed, as the library's are.
 
 Layouts (``LAYOUTS``):
 
