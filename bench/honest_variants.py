@@ -3,8 +3,6 @@ starts from. The variants themselves are listed in honest.py's docstring."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 import uuid
@@ -83,16 +81,14 @@ def layout_sender(layout: str, intent: bool) -> Any:
     statement = layouts_sql.layouts(connection.vendor)[layout].intent
 
     def send(key: str, queue: str, producer: Any) -> Any:
-        task_id, args = str(uuid.uuid4()), json.dumps([key])
+        task_id = str(uuid.uuid4())
         if not intent:
             return t.bench_floor_layout.apply_async((key, layout, True), queue=queue,
                                                     producer=producer, task_id=task_id)
         with connection.cursor() as cursor:
             cursor.execute(statement, {
-                "namespace": t.LAYOUT_NAMESPACE, "key": key, "task_name": t.LAYOUT_NAMESPACE,
-                "fingerprint": hashlib.sha256(args.encode()).hexdigest(), "args": args,
-                "kwargs": "{}", "options": json.dumps({"queue": queue}),
-                "message": layouts_sql.LEAN_MESSAGE, "task_id": task_id})
+                **layouts_sql.library_values(t.LAYOUT_NAMESPACE, key, queue),
+                "task_id": task_id})
         return t.bench_floor_layout.apply_async((key, layout), queue=queue,
                                                 producer=producer, task_id=task_id)
     return send

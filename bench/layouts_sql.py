@@ -43,6 +43,8 @@ Parameters (named): the intent takes ``namespace``, ``key``, ``task_name``,
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 SCHEMA = "bench_layouts"
@@ -74,6 +76,15 @@ _JOB, _HOT = f"{SCHEMA}.job", f"{SCHEMA}.job_hot"
 #: What the library stores of a benchmark task's message (the lean envelope of a task that
 #: ignores its result: celery_idem/lean_envelope.py).
 LEAN_MESSAGE = '{"v": 2, "headers": {"ignore_result": true}}'
+
+
+def library_values(namespace: str, key: str, queue: str) -> dict[str, str]:
+    """An intent's values as the library's row holds them for a benchmark task of one
+    argument, ``key``, that ignores its result (the task name is the namespace)."""
+    args = json.dumps([key])
+    return {"namespace": namespace, "key": key, "task_name": namespace,
+            "fingerprint": hashlib.sha256(args.encode()).hexdigest(), "args": args,
+            "kwargs": "{}", "options": json.dumps({"queue": queue}), "message": LEAN_MESSAGE}
 
 
 def _one_table(drop: tuple[str, ...] = (), fillfactor: int = 70) -> list[str]:

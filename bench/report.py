@@ -10,9 +10,9 @@ Medians of the rounds; in brackets the lowest and highest round. Ratios are take
 round (to ``django`` for the worker variants, to ``pub-plain`` for publishing, to the
 floor of the variant's own shape in its own column), then their median: so a drift
 between rounds cancels. The floor column: the modes that write an intent at publish
-(``idem``, ``atomic``, ``replay``, ``atomic1``, the layout floors) against ``floor-intent`` where the file
-has it; every other variant against ``floor-django`` (the floor of the same stack inside
-the same Django task), else ``floor``.
+(``idem``, ``atomic``, ``replay``, ``atomic1``, the layout floors with an intent) against
+``floor-intent`` where the file has it; every other variant against ``floor-django`` (the
+floor of the same stack inside the same Django task), else ``floor``.
 """
 
 from __future__ import annotations

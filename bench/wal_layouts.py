@@ -8,12 +8,14 @@ schema of its own (``bench_layouts``, dropped first), it runs N fresh tasks' boo
 as the library's statements do it (the intent an ``INSERT ... ON CONFLICT DO NOTHING``,
 the claim and the commit conditional UPDATEs by id, each one statement) with the values
 a real task writes (its envelope is read from the job table a ``bench/wal_breakdown.py``
-run left, else the lean stored message the library keeps of the benchmark task), and files the WAL records of each
-statement as ``wal_breakdown`` does (pg_walinspect; FPI apart). The plain task's body
-(``wal_breakdown``'s plain loop) runs in the same process for the ratio.
+run left, else ``layouts_sql.library_values``: the lean stored message the library keeps
+of the benchmark task), and files the WAL records of each statement as ``wal_breakdown``
+does (pg_walinspect; FPI apart). The plain task's body (``wal_breakdown``'s plain loop)
+runs in the same process for the ratio.
 
-Layouts: ``bench/layouts_sql.py`` (``current``, ``payload``, ``split``, ``split_hot``,
-``lean``, ``current_ff50``), each alone in its schema (dropped first and at the end).
+Layouts: ``bench/layouts_sql.py`` (``current``, ``bare``, ``payload``, ``split``,
+``split_hot``, ``lean``, ``current_ff50``), each alone in its schema (dropped first and at
+the end).
 """
 
 from __future__ import annotations
@@ -45,8 +47,7 @@ def envelope() -> dict[str, Any]:
                        " WHERE message IS NOT NULL ORDER BY id DESC LIMIT 1")
         row = cursor.fetchone()
     if row is None:  # no run before: what the library stores of the benchmark task
-        row = ("bench.idem", "bench.idem", "f" * 64, '["k"]', "{}", '{"queue": "bench-wal"}',
-               layouts_sql.LEAN_MESSAGE)
+        return layouts_sql.library_values("bench.idem", "k", "bench-wal")
     keys = ("namespace", "task_name", "fingerprint", "args", "kwargs", "options", "message")
     return dict(zip(keys, row, strict=True))
 

@@ -54,17 +54,27 @@ def _floor_claim(cursor, key):
     if connection.vendor == "postgresql":
         cursor.execute(floor_sql.CLAIM, (key,))
         row = cursor.fetchone()
-        return None if row is None else row[0]
-    insert, claim, read = floor_sql.CLAIM_MYSQL
-    try:
-        cursor.execute(insert, (key,))
-        return 1
-    except IntegrityError:
-        cursor.execute(claim, (key,))
-        if cursor.rowcount != 1:
-            return None
-        cursor.execute(read, (key,))
-        return cursor.fetchone()[0]
+    else:
+        row = _mysql_claim(cursor, *floor_sql.CLAIM_MYSQL, (key,))
+    return None if row is None else row[-1]
+
+
+def _mysql_claim(cursor, insert, claim, read, params):
+    """A claim on MySQL/MariaDB, which has no RETURNING: the INSERT of the claimed row
+    (attempt 1), unless ``insert`` is None; on a duplicate key, the guarded UPDATE
+    (rowcount 1: won) and the read of the row. The row (its last column the attempt), or
+    None if the key is taken."""
+    if insert is not None:
+        try:
+            cursor.execute(insert, params)
+            return cursor.lastrowid, 1
+        except IntegrityError:
+            pass  # the key exists: claim it if PENDING
+    cursor.execute(claim, params)
+    if cursor.rowcount != 1:
+        return None
+    cursor.execute(read, params)
+    return cursor.fetchone()
 
 
 @shared_task(name="bench.floor_django", ignore_result=True)
@@ -112,17 +122,8 @@ def _layout_claim(cursor, statements, params, upsert):
         cursor.execute(layouts_sql.BARE_CLAIM_UPSERT if upsert else statements.claim_by_key,
                        params)
         return cursor.fetchone()
-    if upsert:
-        try:
-            cursor.execute(layouts_sql.MYSQL_BARE_CLAIM_INSERT, params)
-            return cursor.lastrowid, 1
-        except IntegrityError:
-            pass  # the key exists: claim it if PENDING
-    cursor.execute(statements.claim_by_key, params)
-    if cursor.rowcount != 1:
-        return None
-    cursor.execute(statements.claim_read, params)
-    return cursor.fetchone()
+    return _mysql_claim(cursor, layouts_sql.MYSQL_BARE_CLAIM_INSERT if upsert else None,
+                        statements.claim_by_key, statements.claim_read, params)
 
 
 @shared_task(name="bench.retry", base=IdempotentTask, bind=True, ignore_result=True,
