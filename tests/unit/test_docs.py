@@ -67,6 +67,14 @@ def test_the_readme_fits_a_screen_and_keeps_its_quickstart() -> None:
         assert command in lines, f"README.md lost its quickstart line {command!r}"
 
 
+def test_the_readmes_links_reach_files_of_the_repository() -> None:
+    """GitHub and PyPI show the README outside the site: its relative links name files."""
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    relative = [t for t in targets if "://" not in t]
+    assert len(relative) > 10, "the README's links were not read"
+    assert [t for t in relative if not (ROOT / t).exists()] == []
+
+
 def test_ci_runs_the_readmes_test_command() -> None:
     commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert QUICKSTART[1] in commands
