@@ -1,5 +1,5 @@
 """System checks (``manage.py check``): what would make the worker refuse to start, or
-lose the guarantee, found before it runs. Each id and its fix is in docs/operations.md.
+lose the guarantee, found before it runs. Each id and its fix is in docs/reference/checks.md.
 
 Imported from ``CeleryIdemConfig.ready()``, which registers them. The Celery app they
 read is ``celery.current_app``: the project's own once the project imports it, as
@@ -104,7 +104,7 @@ def _check_pool(pool: str) -> list[checks.CheckMessage]:
             "task waiting for a database lock blocks the event loop while the task holding "
             "the lock cannot finish",
             hint="Use gevent with PostgreSQL or with MySQL/MariaDB on PyMySQL, or prefork, "
-                 "solo or threads (docs/operations.md, Worker pools).",
+                 "solo or threads (docs/how-to/worker-pools.md).",
             id="celery_idem.E005",
         )]
     return []
@@ -147,7 +147,7 @@ def _check_prepared(alias: str, config: dict[str, Any]) -> list[checks.CheckMess
         hint="Behind a transaction pooler without prepared-statement support (PgBouncer "
              "before 1.21, or without max_prepared_statements) set "
              "CELERY_IDEM_PREPARED_STATEMENTS = False; otherwise remove prepare_threshold "
-             "from OPTIONS (docs/operations.md, Behind PgBouncer).",
+             "from OPTIONS (docs/how-to/pgbouncer.md).",
         id="celery_idem.W007",
     )]
 

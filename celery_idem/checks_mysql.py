@@ -1,5 +1,5 @@
 """System checks for a MySQL/MariaDB job database: the settings under which the portable
-backend's claim and fencing would be wrong there. Ids and fixes in docs/operations.md
+backend's claim and fencing would be wrong there. Ids and fixes in docs/reference/checks.md
 ("MariaDB and MySQL", "System checks"). Registered by ``CeleryIdemConfig.ready()``.
 
 What is not checked here, because something else already says it: strict mode (Django's

@@ -13,7 +13,7 @@ from typing import Any
 
 PREFIX = "CELERY_IDEM_"
 
-#: Every setting and its default. Documented in docs/settings.md.
+#: Every setting and its default. Documented in docs/reference/settings.md.
 DEFAULTS: dict[str, Any] = {
     # Database alias that holds the job tables.
     "DATABASE": "default",
@@ -66,7 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_CONNECTIONS": "celery",
     # Days a finished job and its history are kept before idem_purge deletes them.
     "RETENTION_DAYS": 30,
-    # Metrics (docs/metrics.md): "prometheus", "otel", both as a list, or None (off).
+    # Metrics (docs/how-to/metrics.md): "prometheus", "otel", both as a list, or None (off).
     "METRICS": None,
     # Port of the Prometheus exporter a worker's main process starts when it is ready
     # (None: none; serve celery_idem.metrics.prometheus.registry() yourself), and its address.

@@ -15,7 +15,7 @@ broker (no intent; the worker's claim inserts the row).
   loses is not re-sent, ``KeyMismatch`` is raised at the worker (the message fails), and a
   publish inside ``transaction.atomic()`` leaves after the commit with no row in the
   transaction (Celery's ``delay_on_commit``): a producer that dies between the commit and
-  the send loses it. The guarantee table in README.md and docs/reliability.md says so.
+  the send loses it. The guarantee table in README.md and docs/explanation/reliability.md says so.
 
 ``writes_intent`` is the one rule the producers (``producer``, ``by_name``) ask;
 ``check`` is the system check of the setting (E007, W008; run by ``checks``).
@@ -65,7 +65,7 @@ def check(conf: Any) -> list[checks.CheckMessage]:
     return [] if problem is None else [checks.Warning(
         f'CELERY_IDEM_DURABILITY is "broker", but {problem}',
         hint='Fix that (RabbitMQ: publisher confirms, persistent messages, durable or '
-             'quorum queues; docs/operations.md), or set CELERY_IDEM_DURABILITY = '
+             'quorum queues; docs/how-to/durability-modes.md), or set CELERY_IDEM_DURABILITY = '
              '"database" so that recovery can re-send a lost message.',
         id="celery_idem.W008")]
 

@@ -43,8 +43,8 @@ _ARGUMENT_HEADERS = ("argsrepr", "kwargsrepr")
 #: Celery's own headers that are often None: stored only when set, and put back as None
 #: on re-send, so the message sent again is the one published. The intent writes the
 #: envelope (most of a job row) to the WAL once; these and the correlation id, which a
-#: re-send replaces anyway, were about 170 of its ~990 bytes (docs/benchmarks.md, "WAL
-#: per fresh task").
+#: re-send replaces anyway, were about 170 of its ~990 bytes
+#: (docs/decisions/2026-11-23-lean-row.md).
 _NULL_HEADERS = ("eta", "expires", "group", "group_index", "parent_id", "root_id", "shadow",
                  "stamped_headers")
 

@@ -3,7 +3,7 @@ cannot rebuild.
 
 A fresh task's intent was ~1,790 bytes of WAL, the stored message ~816 of them, most of
 it a second copy of the row (task name, id, arguments, key header, queue) or Celery's
-defaults (docs/benchmarks.md, "WAL per fresh task"). Format 2 keeps:
+defaults (docs/decisions/2026-11-23-lean-row.md). Format 2 keeps:
 
 - the headers that are not the row's and not Celery's defaults: the caller's own, the
   ETA and expiry, a non-zero retry count, time limits, ``ignore_result``, the canvas ids

@@ -85,7 +85,7 @@ class Job(models.Model):
     class Meta:
         verbose_name = _("idempotent job")
         verbose_name_plural = _("idempotent jobs")
-        # Operator actions in the admin, each behind its own permission (docs/admin.md).
+        # Operator actions in the admin, each behind its own permission (docs/how-to/admin.md).
         permissions = [
             ("retry_job", _("Can retry a failed or uncertain job")),
             ("release_job", _("Can release a running job's claim")),

@@ -227,7 +227,7 @@ class Run:
     def missing_intent(self) -> Any:
         """A message with a key whose intent does not exist: it rolled back with its
         transaction (or is not committed yet, or was forgotten). Never run it: wait for
-        the intent with backoff for MISSING_INTENT_TIMEOUT, then refuse (docs/operations.md
+        the intent with backoff for MISSING_INTENT_TIMEOUT, then refuse (docs/how-to/recovery.md
         "Transactions")."""
         key = f"{self.intent.namespace}:{self.intent.key}"
         waits = int(header(self.request, WAITS_HEADER) or 0)

@@ -25,7 +25,7 @@ from django.db import migrations
 #: Room left on each page of the job table: a row's next version fits beside it, so the
 #: update logs only the changed part of the row, not the row (its envelope) again. None
 #: of the moves is a HOT update: each sets ``updated_at``, which the pending index names,
-#: and a heartbeat the lease too (docs/benchmarks.md, "A narrow hot row"). Takes effect
+#: and a heartbeat the lease too (docs/decisions/2026-11-25-no-hot-cold-split.md). Takes effect
 #: for pages written from now on (``VACUUM FULL celery_idem_job`` rewrites the existing
 #: ones, under a lock).
 FILLFACTOR = 70
@@ -55,7 +55,7 @@ BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 #: claim or a commit is not a HOT update (it changes the state, which the partial indexes
 #: name), so it adds an entry to every index; a hash entry holds a 4-byte hash code where
 #: a B-tree's holds the whole 36-character task id: 73-76 WAL bytes an entry instead of
-#: 114-122 (docs/benchmarks.md, "A narrow hot row"). The only query on the column, the
+#: 114-122 (docs/decisions/2026-11-25-no-hot-cold-split.md). The only query on the column, the
 #: admin's search by task id, is an equality, which is all a hash index answers.
 HASH_INDEXES = {"celery_idem_job_task_id_idx": ("job", "task_id")}
 

@@ -276,7 +276,7 @@ def guard_q(move: Move, *, now: datetime, attempt: int | None = None,
     return q
 
 
-# -- the table as documentation (docs/architecture.md, checked by a test) -----------------
+# -- the table as documentation (docs/explanation/how-it-works.md, checked by a test) ---
 
 def markdown_table() -> str:
     """The move table rendered as Markdown."""

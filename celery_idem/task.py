@@ -3,7 +3,7 @@
 This module holds the declaration (the task options, checked when the class is
 created) and what the body sees (``self.idempotency_key``, ``self.attempt``,
 ``self.heartbeat()``, ``self.external_key()``). Sending is ``celery_idem.producer``'s
-job, running a message ``celery_idem.runner``'s; docs/architecture.md follows one key
+job, running a message ``celery_idem.runner``'s; docs/explanation/how-it-works.md follows one key
 through both.
 """
 
@@ -251,7 +251,7 @@ class IdempotentTask(DjangoTask):
 
         Unlike ``DjangoTask``'s, the intent is written now, in the transaction (bad input
         raises here, and a producer that dies after the commit loses nothing): the
-        outbox of ``apply_async`` (docs/operations.md, "Transactions").
+        outbox of ``apply_async`` (docs/explanation/how-it-works.md, "Transactions").
         """
         self.apply_async(args, kwargs)
 

@@ -1,6 +1,6 @@
 """Test helpers for projects that use celery-idem: an in-memory job store and a switch.
 
-::
+For example:
 
     from celery_idem.testing import InMemoryBackend, use_backend
 

@@ -117,7 +117,7 @@ elif DATABASE_KIND == "mysql":
             "PORT": os.environ.get("IDEM_MYSQL_PORT", "3306"),
             # utf8mb4 (Django's MySQL default is utf8, three bytes a character); READ
             # COMMITTED is Django's default isolation level there, said out loud because
-            # the claim needs it (docs/operations.md, MariaDB and MySQL).
+            # the claim needs it (docs/how-to/mariadb.md).
             "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
             # The server's default collation (case-insensitive): migration 0008 makes
             # the key columns byte for byte whatever the database's default.

@@ -69,7 +69,8 @@ def selected(args: argparse.Namespace) -> tuple[bool, list[Tier]]:
 
 
 def list_tiers() -> None:
-    print(f"{CHECKS_TIER:20} ruff, mypy, makemigrations --check (test project, demo shop)")
+    print(f"{CHECKS_TIER:20} ruff, mypy, makemigrations --check (test project, demo shop), "
+          "mkdocs build --strict")
     for tier in TIERS:
         needs = f" [needs {', '.join(tier.services)}]" if tier.services else ""
         full = " (only with --full)" if tier.full_only else ""
@@ -109,7 +110,8 @@ def run_checks(workdir: Path) -> tuple[int, int]:
     for name, args in CHECKS:
         print(f"\n=== check {name} ===", flush=True)
         env = {**os.environ, "IDEM_VAR_DIR": str(workdir / "checks"),
-               "SHOP_VAR": str(workdir / "checks-shop")}
+               "SHOP_VAR": str(workdir / "checks-shop"), "NO_MKDOCS_2_WARNING": "1"}
+        args = [arg.format(workdir=workdir) for arg in args]
         if subprocess.call([sys.executable, *args], cwd=ROOT, env=env) == 0:
             passed += 1
         else:
@@ -218,7 +220,7 @@ def main(argv: list[str]) -> int:
     if args.list:
         list_tiers()
         return 0
-    _bootstrap().ensure_venv("test,bench,beat")
+    _bootstrap().ensure_venv("test,bench,beat,docs")
     with_checks, tiers = selected(args)
     env = dict(os.environ)
     if args.full:

@@ -145,5 +145,9 @@ CHECKS = [
     # The demo's shop (example_project/) is a project of its own, with its own settings.
     ("shop migrations", ["-m", "django", "makemigrations", "--check", "--dry-run",
                          "--pythonpath=example_project", "--settings=shop.settings"]),
+    # The documentation site (mkdocs.yml, the `docs` extra: pure Python) built with
+    # warnings as errors: a broken link, anchor or API reference fails it.
+    ("docs", ["-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir",
+              "{workdir}/site"]),
 ]
 CHECKS_TIER = "checks"

@@ -1,5 +1,5 @@
-"""The Django admin for jobs: list, read-only history, and operator actions (docs/admin.md), and
-the read-only page of leases."""
+"""The Django admin for jobs: list, read-only history, and operator actions
+(docs/how-to/admin.md), and the read-only page of leases."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Without prepared statements (the default since issue 18, so that a transaction p
 can hand the session to anyone) PostgreSQL parses and plans every statement it is sent,
 and the library's CTEs cost more to plan than to run: an intent, a claim and a commit
 took 2,780 µs of the server's CPU sent as statements, 1,300 as routines and 1,180
-prepared (docs/benchmarks.md, "Stored routines"). A PL/pgSQL function keeps the plans of the
+prepared (docs/decisions/2026-11-26-stored-routines.md). A PL/pgSQL function keeps the plans of the
 statements in its body in the server process's own cache, which belongs to no client:
 any session may run the function, a pooler may move the client between sessions, and
 nothing breaks when the plan is not there yet (it is made again). So the statements a

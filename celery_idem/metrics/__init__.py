@@ -1,4 +1,4 @@
-"""Metrics for Prometheus and OpenTelemetry (docs/metrics.md), off unless
+"""Metrics for Prometheus and OpenTelemetry (docs/how-to/metrics.md), off unless
 ``CELERY_IDEM_METRICS`` names a backend.
 
 ``install()`` (called by the app config once Django is ready) connects the recorder to

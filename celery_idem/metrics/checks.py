@@ -1,4 +1,4 @@
-"""System checks for the metrics settings (docs/operations.md lists each id and its fix)."""
+"""System checks for the metrics settings (docs/reference/checks.md lists each id and its fix)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The Prometheus and OpenTelemetry renderings (``metrics.prometheus``, ``metrics.otel``)
 build their instruments from ``METRICS``; the recorder (``metrics.recorder``) counts a
-transition by looking it up in ``COUNTED``. docs/metrics.md lists the same names, and a
+transition by looking it up in ``COUNTED``. docs/reference/metrics.md lists the same names, and a
 test checks that the Grafana dashboard in docs/ queries none that is not here.
 """
 

@@ -3,7 +3,7 @@
 Only ``opentelemetry-api`` is used: the project installs the SDK and an exporter of its
 choice and sets the meter provider (before or after this module makes its instruments:
 the API's proxy meter forwards to the provider once it is set). The names are the
-Prometheus ones (docs/metrics.md), so dashboards read either; the gauges are observable
+Prometheus ones (docs/how-to/metrics.md), so dashboards read either; the gauges are observable
 gauges read through the same cache as Prometheus's (``metrics.gauges``).
 """
 

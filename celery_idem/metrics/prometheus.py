@@ -10,7 +10,7 @@ With ``PROMETHEUS_MULTIPROC_DIR`` set (before the worker starts, to an empty fol
 ``prometheus_client``'s multiprocess mode has every process write its values to files
 there, and the exporter sums them: the exporter the worker's main process starts
 (``CELERY_IDEM_METRICS_PORT``) serves the whole pool, children replaced or not.
-docs/metrics.md says why this and not an exporter per child.
+docs/how-to/metrics.md says why this and not an exporter per child.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ REFUSED = (
     f"celery-idem metrics: CELERY_IDEM_METRICS_PORT is set on a prefork worker without "
     f"{MULTIPROC_ENV}: the counters of its pool's children would not be exported, so no "
     f"exporter is started. Set {MULTIPROC_ENV} to an empty folder before the worker "
-    "starts (docs/metrics.md, Prefork workers)")
+    "starts (docs/how-to/metrics.md, Prefork workers)")
 
 
 def registry() -> CollectorRegistry:

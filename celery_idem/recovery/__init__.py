@@ -1,4 +1,4 @@
-"""Recovery: nothing lost and nothing stuck, whatever crashes (docs/operations.md).
+"""Recovery: nothing lost and nothing stuck, whatever crashes (docs/how-to/recovery.md).
 
 - ``sweep``: the periodic pass (``reap``) over stale claims and lost messages.
 - ``handback``: the one rule for a claim that goes back (released, uncertain or

@@ -1,6 +1,6 @@
 """Recovery: one pass that finds the jobs a lost worker or a lost message left behind.
 
-Nothing is ever lost and nothing stays stuck, whatever crashes (docs/operations.md):
+Nothing is ever lost and nothing stays stuck, whatever crashes (docs/how-to/recovery.md):
 
 1. **Lost messages.** A PENDING job that no worker claimed long after its message was
    due (a broker that lost it, a publish that failed after the intent was written, an

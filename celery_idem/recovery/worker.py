@@ -1,6 +1,6 @@
 """The worker's side of recovery: its request class, and the shutdown receiver.
 
-Faster recovery than the lease (docs/operations.md): the worker's MainProcess learns
+Faster recovery than the lease (docs/how-to/recovery.md): the worker's MainProcess learns
 that a pool child died under an attempt (SIGKILL, OOM kill, hard time limit, revoke with
 terminate) through ``Request.on_failure``/``on_timeout``, which run there and only there.
 No signal covers every case: with ``acks_late`` and ``reject_on_worker_lost``, Celery

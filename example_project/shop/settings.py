@@ -114,7 +114,7 @@ else:
 CELERY_RESULT_BACKEND = os.environ.get("SHOP_RESULTS", _results)
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SHOP_QUEUE", "shop")
 
-# The recommended worker settings (docs/operations.md "Recommended Celery settings"):
+# The recommended worker settings (docs/tutorial/add-to-a-project.md):
 # acknowledge after the body, requeue a message whose pool child died, take one message
 # at a time, JSON only.
 CELERY_TASK_ACKS_LATE = True
@@ -126,7 +126,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Keep each pool child's database connection across tasks (Celery's Django fixup would
 # close it around every task); celery-idem closes it after a task that failed or was
-# interrupted (docs/settings.md, "Worker connections").
+# interrupted (docs/how-to/worker-connections.md).
 CELERY_IDEM_WORKER_CONNECTIONS = "keep"
 DATABASES["default"]["CONN_MAX_AGE"] = 300
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

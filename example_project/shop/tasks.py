@@ -1,5 +1,5 @@
 """The shop's tasks: one per kind of effect, each made exactly once its own way
-(docs/recipes.md). ``shop.orders.place_order`` publishes the first five."""
+(the how-to guides in docs/how-to/). ``shop.orders.place_order`` publishes the first five."""
 
 import random
 import time

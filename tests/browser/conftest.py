@@ -59,7 +59,7 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def screenshots(tmp_path: Path) -> Path:
-    """Where screenshots go: ``IDEM_ADMIN_SCREENSHOTS`` (e.g. ``docs``) or a temp folder."""
+    """Where screenshots go: ``IDEM_ADMIN_SCREENSHOTS`` (e.g. ``docs/images``) or a temp folder."""
     folder = Path(os.environ.get("IDEM_ADMIN_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     return folder

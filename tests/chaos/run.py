@@ -43,7 +43,7 @@ from tests.chaos.servers import Postgres, Redis, free_port  # noqa: E402
 from tests.services.mariadb import MariaDB  # noqa: E402
 
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
-#: The recovery settings of the run (docs/operations.md): short leases and timeouts, so a
+#: The recovery settings of the run (docs/how-to/recovery.md): short leases and timeouts, so a
 #: frozen or killed attempt is taken over, and a lost message re-sent, within a small run.
 LEASE = 6
 IDEM_SETTINGS = {"DEFAULT_LEASE": LEASE, "DISPATCH_TIMEOUT": 10, "DISPATCH_MAX_BACKOFF": 60,

@@ -1,4 +1,4 @@
-"""docs/celery-compatibility.md, generated from the compatibility tier's result file
+"""docs/explanation/celery-compatibility.md, generated from the compatibility tier's result file
 (tests/compat/results.json) and the allow-list's reasons (tests/compat/allowed.toml), so
 the page cannot drift from what the tier measured.
 
@@ -20,7 +20,7 @@ from tests.compat.compare import Allowed, Difference, Outcomes, judge, load_allo
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tests" / "compat" / "results.json"
-PAGE = ROOT / "docs" / "celery-compatibility.md"
+PAGE = ROOT / "docs" / "explanation" / "celery-compatibility.md"
 KINDS = {"per_call": "`PER_CALL`", "template": "a template",
          "all_arguments": "`ALL_ARGUMENTS`"}
 #: (feature, pattern over a test id): a test belongs to the first feature it matches.

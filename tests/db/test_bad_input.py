@@ -1,6 +1,6 @@
 """Bad input is refused before any database write, so the caller's transaction lives on;
 a bad key is refused by the key check on every job store, before anything is written or
-sent (docs/reliability.md, "Bad inputs")."""
+sent (docs/explanation/reliability.md, "Bad inputs")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The clock jumping backwards and forwards (docs/reliability.md, "Bad inputs").
+"""The clock jumping backwards and forwards (docs/explanation/reliability.md, "Bad inputs").
 
 Leases are written and compared in the clock of the process that acts
 (``django.utils.timezone.now()``, passed to the database as a value), never the

@@ -1,4 +1,4 @@
-"""A job row edited by hand into a state the library never writes (docs/reliability.md,
+"""A job row edited by hand into a state the library never writes (docs/explanation/reliability.md,
 "Bad inputs"): the database refuses what its constraints forbid; every other edit is
 either run once or left for an operator, never run twice."""
 

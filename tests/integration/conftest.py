@@ -68,7 +68,7 @@ def _pool_marks(pool: str) -> list[pytest.MarkDecorator]:
         return [pytest.mark.skip(reason="gevent is not installed (test extras)")]
     if settings.DATABASE_KIND == "sqlite":
         # sqlite3 waits for a lock in C, blocking the event loop, so the greenlet that
-        # holds the lock cannot finish (docs/operations.md, Worker pools).
+        # holds the lock cannot finish (docs/how-to/worker-pools.md).
         return [pytest.mark.skip(reason="SQLite's lock wait blocks gevent's event loop")]
     if settings.DATABASE_KIND == "mysql" and os.environ.get("IDEM_MYSQL_DRIVER") != "pymysql":
         # mysqlclient waits for a row lock in C: check celery_idem.E005.
@@ -98,7 +98,7 @@ def durability(request, monkeypatch, settings) -> str:
     mode = request.param
     if mode == "broker" and request.node.get_closest_marker("needs_intent"):
         pytest.skip("needs an intent, which CELERY_IDEM_DURABILITY = 'broker' does not "
-                    "write (docs/reliability.md, the guarantee table)")
+                    "write (docs/explanation/reliability.md, the guarantee table)")
     settings.CELERY_IDEM_DURABILITY = mode
     monkeypatch.setenv("CELERY_IDEM_DURABILITY", json.dumps(mode))
     return str(mode)

@@ -1,5 +1,5 @@
 """The job database gone during the claim and during an atomic body's commit, with a
-real worker (docs/reliability.md, "Bad inputs"): the message waits and comes back, the
+real worker (docs/explanation/reliability.md, "Bad inputs"): the message waits and comes back, the
 body's effect happens once, nothing is lost.
 
 "Gone" here: the worker's sessions are terminated and the database refuses new

@@ -1,4 +1,4 @@
-"""A 1 MB argument and a 1 MB result end to end with a real worker (docs/reliability.md,
+"""A 1 MB argument and a 1 MB result end to end with a real worker (docs/explanation/reliability.md,
 "Bad inputs"): celery-idem sets no size limit of its own; the broker's limit applies, and
 a message over it ends undeliverable, never run and never lost silently."""
 

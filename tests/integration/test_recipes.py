@@ -1,6 +1,6 @@
-"""The recipes of docs/recipes.md under crashes, with real worker processes: an external
-key makes a charge once at the provider, and a check-then-act in the job's transaction
-deducts stock once."""
+"""The recipes of the how-to guides (docs/how-to/) under crashes, with real worker
+processes: an external key makes a charge once at the provider, and a check-then-act in
+the job's transaction deducts stock once."""
 
 from __future__ import annotations
 

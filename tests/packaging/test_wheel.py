@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import uuid
 import zipfile
@@ -92,6 +93,23 @@ def test_the_wheel_holds_the_whole_package_and_nothing_else(wheel: Path) -> None
         assert needed in names
     dist_info = "-".join(wheel.name.split("-")[:2]) + ".dist-info"
     assert {name.split("/", 1)[0] for name in names} == {"celery_idem", dist_info}
+
+
+def test_the_license_is_in_the_wheel_and_the_sdist(dist: Path, wheel: Path) -> None:
+    """The MIT license text pyproject declares travels with both archives: the wheel's
+    dist-info holds LICENSE, and so does the sdist's root."""
+    license_text = (ROOT / "LICENSE").read_text()
+    assert license_text.startswith("MIT License")
+    dist_info = "-".join(wheel.name.split("-")[:2]) + ".dist-info"
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read(f"{dist_info}/licenses/LICENSE").decode() == license_text
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        assert "License-File: LICENSE" in archive.read(metadata).decode()
+    (sdist,) = dist.glob("celery_idem-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        root = archive.getnames()[0].split("/", 1)[0]
+        member = archive.extractfile(f"{root}/LICENSE")
+        assert member is not None and member.read().decode() == license_text
 
 
 def test_the_extras_name_what_their_transport_needs(wheel: Path) -> None:

@@ -11,7 +11,7 @@ ROOT = PACKAGE.parent
 
 
 def test_the_architecture_page_shows_the_move_table_of_the_code():
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    text = (ROOT / "docs" / "explanation" / "how-it-works.md").read_text()
     shown = text.split("<!-- moves:start -->\n", 1)[1].split("<!-- moves:end -->", 1)[0]
     assert shown == markdown_table()
 

@@ -1,4 +1,4 @@
-"""docs/celery-compatibility.md is what tests/compat/report.py makes of the committed
+"""docs/explanation/celery-compatibility.md is what tests/compat/report.py makes of the committed
 result file and allow-list (so the page cannot drift), and the generator says what each
 feature's tests found."""
 
@@ -27,7 +27,7 @@ reason = "no key can ride along"
 def test_the_committed_page_is_what_the_committed_result_file_makes():
     expected = render(json.loads(RESULTS.read_text()), load_allowed())
     assert PAGE.read_text() == expected, \
-        "docs/celery-compatibility.md is stale: run python tests/compat/report.py"
+        "docs/explanation/celery-compatibility.md is stale: run python tests/compat/report.py"
 
 
 def test_a_feature_is_works_difference_unsupported_or_a_bug_by_its_tests(tmp_path: Path):

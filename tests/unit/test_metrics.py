@@ -31,7 +31,7 @@ def traced(self, n):
     return n
 
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "grafana-dashboard.json"
 TASK = "shop.ship"
 
 

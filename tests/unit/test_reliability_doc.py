@@ -1,4 +1,4 @@
-"""docs/reliability.md names a test for every row: each named test exists."""
+"""docs/explanation/reliability.md names a test for every row: each named test exists."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ REFERENCE = re.compile(r"`(tests/[\w/]+\.py)?((?:::\w+)+)(?:\[[^\]]*\])?`")
 
 
 def references() -> list[tuple[str, list[str]]]:
-    text = (ROOT / "docs" / "reliability.md").read_text()
+    text = (ROOT / "docs" / "explanation" / "reliability.md").read_text()
     found, last = [], ""
     for match in REFERENCE.finditer(text):
         last = match.group(1) or last
@@ -27,5 +27,5 @@ def test_every_test_the_reliability_page_names_exists():
         source = (ROOT / path).read_text() if (ROOT / path).exists() else ""
         if not all(re.search(rf"^\s*(def|class) {name}\b", source, re.M) for name in names):
             missing.append(f"{path}::{'::'.join(names)}")
-    assert not missing, "docs/reliability.md names tests that do not exist: " + \
+    assert not missing, "docs/explanation/reliability.md names tests that do not exist: " + \
         ", ".join(missing)
