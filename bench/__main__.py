@@ -88,8 +88,6 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--quick", action="store_true",
                      help="a small run to see it work (a few hundred tasks, one round)")
     run.add_argument("--out", default=None, help="results file (default bench/results/)")
-    run.add_argument("extra", nargs=argparse.REMAINDER,
-                     help="after --: the suite's own arguments")
     report = sub.add_parser("report", help="the baselines' table, or a results file's")
     report.add_argument("files", nargs="*", help="end-to-end results files (default: the "
                         "baselines)")
@@ -105,9 +103,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.command == "run":
-        args.extra = [a for a in args.extra if a != "--"]
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # the suite's own arguments
+    args = parser().parse_args(argv[:len(argv) - len(extra) - (1 if extra else 0)])
+    args.extra = extra
     return {"list": lambda: _list(), "run": lambda: _run(args),
             "report": lambda: _report(args), "plot": lambda: _plot(args)}[args.command]()
 

@@ -259,13 +259,11 @@ def baseline_table(baselines: list[dict[str, Any]]) -> str:
              + " | ".join(_n(plain_rate(b)) for b in baselines) + " |"]
     lines += [f"| {label} | " + " | ".join(spread(c) or "–" for c in cells) + " |"
               for label, cells in baseline_rows(baselines)]
-    runs = "; ".join(f"{STACKS[b['stack']]}: {', '.join(_when(r) for r in b['results'])}"
-                     for b in baselines)
-    return "\n".join(lines) + f"\n\nRuns (one per row group, UTC dates): {runs}."
-
-
-def _when(data: dict[str, Any]) -> str:
-    return f"{data['suite']} {data['environment']['when'][:10]}"
+    dates = sorted(r["environment"]["when"][:10] for b in baselines for r in b["results"])
+    return "\n".join(lines) + (
+        "\n\nEach ratio is the median of the rounds of one run (lowest–highest round in "
+        "brackets), Redis as the broker, a prefork worker of 2 processes; the runs, of "
+        f"{dates[0]} to {dates[-1]}, are listed in `bench/baselines/<stack>.json`.")
 
 
 def write_between_markers(page: Path, block: str) -> None:

@@ -18,8 +18,7 @@ from django.db import IntegrityError, connection
 
 from bench.lib import floor_sql, layouts_sql
 from celery_idem import IdempotentTask
-
-from .models import Effect
+from django_app.effects.models import Effect
 
 
 def _write(key: str) -> None:

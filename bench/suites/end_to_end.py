@@ -198,7 +198,8 @@ QUICK_VARIANTS = "django,idem,atomic,replay"
 
 def arguments(o: Options) -> list[str]:
     variants = o.variants or (QUICK_VARIANTS if o.quick else None)
-    return ["--database", o.stack, *(["--brokers", o.broker] if o.broker else []),
+    broker = o.broker or ("redis" if o.quick else None)
+    return ["--database", o.stack, *(["--brokers", broker] if broker else []),
             *(["--variants", variants] if variants else []),
             *o.pick(o.n, 300, "--n"), *o.pick(o.rounds, 1, "--rounds")]
 
