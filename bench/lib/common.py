@@ -11,8 +11,10 @@ Every benchmark runs isolated from the test suite and from other engineers' runs
 
 Every wait is bounded by a deadline.
 
-The worker subprocess is bench/worker_process.py and what a results file records of the
-run (versions, machine) bench/run_environment.py: the benchmarks import those apart.
+Also here: Django's connections in a benchmark process, all closed (the library's
+bookkeeping ones too) or pointed at the PostgreSQL server itself for a block when the run
+goes through PgBouncer. The worker subprocess is bench/lib/workers.py and what a results
+file records of the run (versions, machine) bench/lib/environment.py.
 """
 
 

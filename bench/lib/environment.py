@@ -1,6 +1,6 @@
 """What a results file records of the run besides its numbers: package and server
 versions, the machine, the git commit and the load average. Apart from
-bench/_common.py's helpers that set the run up, since it only reads what is there.
+bench/lib/common.py's helpers that set the run up, since it only reads what is there.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The floor's statements: the bare protocol in raw SQL, shared by ``bench.floor``
-(bench/raw_app.py, no Django) and ``bench.floor_django`` (the plain Django task with them
-around its ORM create, django_app/effects/bench_tasks.py). Plain strings, no imports, so
+(bench/lib/raw_app.py, no Django) and ``bench.floor_django`` (the plain Django task with them
+around its ORM create, bench/lib/tasks.py). Plain strings, no imports, so
 the app without Django can use them.
 
 The claim is one statement that wins from no row (or a PENDING one) and returns the
@@ -8,7 +8,7 @@ attempt; the commit is fenced by it. MySQL/MariaDB have no RETURNING: the claim 
 INSERT there, and a key that exists is claimed by a guarded UPDATE, then its attempt read.
 """
 
-#: The floor's own table, per Django vendor (bench/honest.py makes it before each run).
+#: The floor's own table, per Django vendor (the end-to-end suite makes it before each run).
 TABLE = {
     "postgresql": "CREATE TABLE IF NOT EXISTS bench_floor_job (key text PRIMARY KEY,"
                   " state text NOT NULL, attempt integer NOT NULL, result jsonb,"

@@ -1,14 +1,14 @@
-"""Candidate layouts of the job row (issue 21 item 2) in raw SQL, PostgreSQL 15+ (and the
+"""Candidate layouts of the job row in raw SQL, PostgreSQL 15+ (and the
 least table and today's on MySQL/MariaDB, ``MYSQL_LAYOUTS``): each layout's tables and the
 intent, claim and commit the library would run on them.
 
-Plain strings, like bench/floor_sql.py. Two users:
+Plain strings, like bench/lib/floor_sql.py. Two users:
 
-- bench/wal_layouts.py: WAL per statement, the claim and the commit by the id the intent
-  returned;
-- the honest benchmark's layout floors (``floor-bare``, ``floor-bare-broker``,
-  ``floor-wide``, ``floor-split``, ``floor-split-hot``: bench/honest_variants.py,
-  ``bench.floor_layout`` in django_app/effects/bench_tasks.py): end to end, with real
+- bench/experiments/2026-11-27-job-row-layouts/wal_layouts.py: WAL per statement, the
+  claim and the commit by the id the intent returned;
+- the end-to-end suite's layout floors (``floor-bare``, ``floor-bare-broker``,
+  ``floor-wide``, ``floor-split``, ``floor-split-hot``: bench/suites/end_to_end_variants.py,
+  ``bench.floor_layout`` in bench/lib/tasks.py): end to end, with real
   workers, the claim by key as a worker's is. Against each other they show what a layout
   costs; ``floor-wide`` against ``idem``, what the library adds on top of its table.
 

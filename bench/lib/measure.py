@@ -1,5 +1,7 @@
-"""CPU per process group, from /proc: what bench/honest.py and bench/session_cost.py
-charge each run's producer, workers, servers, pooler and broker."""
+"""What the suites read beside their timings: CPU per process group, from /proc (what the
+end-to-end suite charges each run's producer, workers, servers, pooler and broker), and
+``EXPLAIN (ANALYZE, BUFFERS)`` of one statement, rolled back, with what its plan uses
+(the scaling suite's claim and recovery plans)."""
 
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A Celery app without Django, for bench/honest.py: ``celery -A bench.lib.raw_app worker``.
+"""A Celery app without Django, for the end-to-end suite: ``celery -A bench.lib.raw_app worker``.
 
 Two tasks on one psycopg connection per pool child, opened on first use and kept:
 

@@ -49,7 +49,7 @@ def bench_atomic(key):
 
 
 def _floor_claim(cursor, key):
-    """The floor's claim (bench/floor_sql.py): its attempt, or None if the key is taken."""
+    """The floor's claim (bench/lib/floor_sql.py): its attempt, or None if the key is taken."""
     if connection.vendor == "postgresql":
         cursor.execute(floor_sql.CLAIM, (key,))
         row = cursor.fetchone()
@@ -90,14 +90,14 @@ def bench_floor_django(key):
     return key
 
 
-#: The layout floors' values of a claim (bench/layouts_sql.py); the namespace is the
-#: intent's (bench/honest_variants.py).
+#: The layout floors' values of a claim (bench/lib/layouts_sql.py); the namespace is the
+#: intent's (bench/suites/end_to_end_variants.py).
 LAYOUT_NAMESPACE, LAYOUT_WORKER = "bench.floor_layout", "bench@floor/1"
 
 
 @shared_task(name="bench.floor_layout", bind=True, ignore_result=True)
 def bench_floor_layout(self, key, layout, upsert=False):
-    """The library's statements on a candidate layout of the job row (bench/layouts_sql.py),
+    """The library's statements on a candidate layout of the job row (bench/lib/layouts_sql.py),
     in raw SQL on Django's connection around the same ORM create: the layout's claim by key
     (the intent was written at publish; with ``upsert``, none was and the bare table's
     claim inserts the row) and its fenced commit. What the table costs, without the

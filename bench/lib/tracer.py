@@ -1,6 +1,6 @@
 """A task run through Celery's tracer in this process, as the worker's pool child runs it,
-and the proposed changes prototyped in bench/worker_app.py switched on around a block:
-what both parts of bench/protocol_cost.py (protocol_paths.py, protocol_loops.py) run.
+and the proposed changes prototyped in bench/lib/worker_app.py switched on around a block:
+what the statements suite (bench/suites/statements.py, statement_loops.py) runs.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def run_task(task: Any, args: tuple[Any, ...], key: str | None = None,
 
 
 def patched(fn: Any, names: tuple[str, ...] = ("prepared", "rodup", "dedfix")) -> float:
-    """Run ``fn`` with the proposed changes prototyped in bench/worker_app.py applied."""
+    """Run ``fn`` with the proposed changes prototyped in bench/lib/worker_app.py applied."""
     from bench.lib.worker_app import PATCHES
 
     undo = [PATCHES[name]() for name in names]

@@ -150,7 +150,7 @@ def _patch_prepared() -> Callable[[], None]:
 def _patch_readonly_replay() -> Callable[[], None]:
     """A replay of a finished key writes no ``duplicate`` history line, so its statement
     writes nothing and its commit needs no WAL flush (the log line and signal stay).
-    Since issue 11 the library does this itself: the patch changes nothing now, and is
+    Today the library does this itself: the patch changes nothing now, and is
     kept so the earlier runs' commands still run.
     The move table says whether a move records; the claim statement renders from it."""
     import dataclasses

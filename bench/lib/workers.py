@@ -1,6 +1,6 @@
 """A benchmark's ``celery worker`` subprocess (prefork, the benchmark app) on one queue:
 started, watched, measured (RSS from /proc) and stopped within a deadline. Apart from
-bench/_common.py's environment and database helpers, which every benchmark uses, while
+bench/lib/common.py's environment and database helpers, which every benchmark uses, while
 only the benchmarks with real workers start one.
 """
 

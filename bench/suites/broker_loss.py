@@ -1,6 +1,6 @@
 """Embedded broker: messages lost by kombu's filesystem transport against celery_idem's.
 
-    .venv/bin/python bench/filesystem_loss.py --n 3000 --rounds 5
+    python -m bench run broker-loss --n 3000 --rounds 5
 
 Per round and transport, one process publishes N messages while another consumes them
 with no polling delay (a busy worker). kombu's transport makes the ``.msg`` file visible

@@ -1,7 +1,7 @@
 """CPU per publish and per task, in this process: the library's Python cost, profiled.
 
-    .venv/bin/python bench/cpu_profile.py --n 2000 --rounds 5
-    .venv/bin/python bench/cpu_profile.py --n 500 --rounds 1 --profile publish-idem
+    python -m bench run cpu --n 2000 --rounds 5
+    python -m bench run cpu --n 500 --rounds 1 -- --profile publish-idem
 
 The same task shape both ways, ``ship(order_id, amount, note="")``, each body writing
 one Effect row (one ORM INSERT): ``cpu.plain`` (the project's plain Celery task class,
@@ -19,7 +19,7 @@ one Effect row (one ORM INSERT): ``cpu.plain`` (the project's plain Celery task 
   (``celery.app.trace.build_tracer``, what a pool child runs) in this process, with the
   request a worker builds from it (the key header for the idempotent one), under the
   ``keep`` connection policy (``CELERY_IDEM_WORKER_CONNECTIONS = "keep"``, CONN_MAX_AGE
-  300: no reconnect per task), as in bench/honest.py.
+  300: no reconnect per task), as in the end-to-end suite.
 
 Measured: this process's CPU (``time.process_time``: user + system, PostgreSQL's and the
 broker's CPU are not in it) and wall time, per operation; medians over rounds and the
@@ -29,13 +29,13 @@ runs that loop once more under cProfile (timed in CPU time) and prints the top e
 ``--dump`` keeps the stats for pstats. ``--durability broker`` runs both idempotent loops
 with ``CELERY_IDEM_DURABILITY = "broker"``: no intent at publish, the worker's claim
 inserts the row. ``--database`` is the stack, as
-``bench/stacks.py`` opens it: ``postgres`` (the default; ``IDEM_PG_NAME``, default
+``bench/lib/stacks.py`` opens it: ``postgres`` (the default; ``IDEM_PG_NAME``, default
 ``idem_bench``), ``pgbouncer`` (a PgBouncer of its own in front of it) or ``mysql``
 (MariaDB, the library's MySQL backend; ``IDEM_MYSQL_NAME``, default the same name). Only
 this process's CPU is measured: the servers' and the pooler's are not in it.
 
 ``--instructions`` counts instead, for a busy machine: the run goes under valgrind's
-callgrind (``bench/callgrind.py``) and each loop reports the **instructions** this
+callgrind (``bench/lib/callgrind.py``) and each loop reports the **instructions** this
 process executed per operation (a deterministic count, whatever the load; callgrind
 runs ~50x slower, so use a small ``--n``, e.g. ``--n 200 --rounds 2``). Medians and
 ratios are then of ``instr`` instead of ``cpu_us`` and ``wall_us``.

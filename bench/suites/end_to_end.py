@@ -1,14 +1,14 @@
-"""The honest end-to-end benchmark: the producer's time included, CPU and WAL per task.
+"""End to end: the producer's time included, CPU and WAL per task, against the plain task.
 
-    .venv/bin/python bench/honest.py --n 2000 --rounds 7 --brokers redis,rabbitmq
-    .venv/bin/python bench/honest.py --database pgbouncer --n 1000 --rounds 5 --brokers redis
-    .venv/bin/python bench/honest.py --print bench/results/honest.json
+    python -m bench run end-to-end --n 2000 --rounds 5 --broker redis
+    python -m bench run end-to-end --stack pgbouncer --n 1000 --rounds 5 --broker redis
+    python -m bench run end-to-end --quick
 
-``--database`` (bench/stacks.py) is the stack every variant of the run uses, so ``django``
+``--stack`` (``--database`` here; bench/lib/stacks.py) is the stack every variant of the run uses, so ``django``
 is the plain task on that same stack: ``postgres`` (directly, the default),
 ``pgbouncer`` (the same server behind a PgBouncer the run starts for itself, in
 transaction pooling mode, the producer and the workers connected through it) or
-``mysql`` (MariaDB, with the library's MySQL backend; ``raw``, ``floor``, ``atomic1``,
+``mysql`` (MariaDB, with the library's MySQL backend; ``raw``, ``floor``,
 ``pub-async``, ``floor-split`` and ``floor-split-hot`` are PostgreSQL's only; the other
 floors run on every stack).
 
@@ -37,11 +37,11 @@ the worker consumes them (no pre-filled queue). Measured per run:
 Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 
 - ``raw``: plain Celery, no Django, one INSERT with psycopg on a kept connection
-  (bench/raw_app.py);
+  (bench/lib/raw_app.py);
 - ``django``: the plain task in the Django project (``bench.plain``, one ORM create);
 - ``once``: celery-once ``QueueOnce`` (distinct keys);
 - ``floor``: the bare protocol in raw SQL on a kept connection (claim upsert, INSERT,
-  fenced commit: bench/raw_app.py), no Django;
+  fenced commit: bench/lib/raw_app.py), no Django;
 - ``floor-django``: the same claim and fenced commit in raw SQL inside the plain task, on
   Django's connection around its ORM create (``bench.floor_django``): what any
   effect-once layer adds to a Django task at the least, on every stack;
@@ -52,15 +52,13 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 - ``floor-bare``, ``floor-wide``, ``floor-split``, ``floor-split-hot`` (the last two
   PostgreSQL only; ``floor-bare-broker``: ``floor-bare`` without the intent, the claim
   inserting the row, as durability ``broker``'s): the layout floors, the library's
-  statements in raw SQL on a candidate layout of the job row (bench/layouts_sql.py: a
+  statements in raw SQL on a candidate layout of the job row (bench/lib/layouts_sql.py: a
   bare table of the key and the moving columns, today's table, the split layout, the
   split layout with no index on its narrow table), with the values the library's row
   holds and its flushes (on PostgreSQL the intent flushed, the claim and commit not):
   against each other what a layout costs, ``floor-wide`` against ``idem`` what the
   library's Python adds;
 - ``idem``: ``IdempotentTask`` (default mode); ``atomic``: ``atomic=True``;
-- ``atomic1``: the prototype of a one-statement atomic path (bench/onestmt.py, not the
-  library: the body, then one conditional PENDING -> SUCCEEDED; issue 11 item 4);
 - ``replay``: N publishes of N keys that already SUCCEEDED (the tasks ignore their
   results: each is answered at publish, no message leaves, celery_idem.replays);
   ``replay-sent``: the same with every message sent, as a replay whose result is stored
@@ -213,12 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="keep", choices=("keep", "celery"),
                     help="the Django workers' connection policy (default keep)")
     ap.add_argument("--database", default="postgres", choices=STACKS,
-                    help="the stack every variant runs on (bench/stacks.py): PostgreSQL "
+                    help="the stack every variant runs on (bench/lib/stacks.py): PostgreSQL "
                          "directly (default), behind a PgBouncer of the run's own in "
                          "transaction mode, or MariaDB")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
-    ap.add_argument("--out", default=None, help="results file (default "
-                    "bench/results/honest.json, honest-<database>.json off PostgreSQL direct)")
+    ap.add_argument("--out", default=None, help="results file")
     ap.add_argument("--print", dest="show", default=None, metavar="FILE",
                     help="print the table of a results file and exit")
     args = ap.parse_args(argv)

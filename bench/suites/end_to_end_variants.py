@@ -1,5 +1,5 @@
-"""The variants of bench/honest.py: what each one publishes, and the tables a run
-starts from. The variants themselves are listed in honest.py's docstring."""
+"""The variants of the end-to-end suite: what each one publishes, and the tables a run
+starts from. The variants themselves are listed in end_to_end.py's docstring."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ BROKER_DURABILITY = ("idem-broker", "pub-broker")
 FLOOR_INTENT = ("floor-intent", "pub-floor")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
 #: The layout floors (``floor-split`` and ``floor-split-hot`` PostgreSQL's only, as
-#: bench/stacks.py says): the library's statements on a candidate layout of
-#: the job row (bench/layouts_sql.py), the intent written at publish as the library's is,
+#: bench/lib/stacks.py says): the library's statements on a candidate layout of
+#: the job row (bench/lib/layouts_sql.py), the intent written at publish as the library's is,
 #: except in ``floor-bare-broker`` (durability "broker": the claim inserts the row).
 LAYOUT_FLOORS = {"floor-bare": "bare", "floor-bare-broker": "bare", "floor-wide": "current",
                  "floor-split": "split", "floor-split-hot": "split_hot"}

@@ -1,9 +1,9 @@
-"""Publishing many keyed tasks as one batch (issue 21 item 1) against plain Celery's batch.
+"""Publishing many keyed tasks as one batch, and one at a time, against plain Celery's group.
 
-    .venv/bin/python bench/publish_batch.py --n 1000 --rounds 5 [--database pgbouncer]
+    python -m bench run publishing --n 1000 --rounds 5 [--stack pgbouncer]
 
 Publishes N tasks per variant to Redis (no worker: publishing alone), on PostgreSQL
-(``--database``: directly, behind a PgBouncer of its own, or MariaDB: bench/stacks.py),
+(``--database``: directly, behind a PgBouncer of its own, or MariaDB: bench/lib/stacks.py),
 the variants interleaved in each round (so a busy moment of the machine hits them all):
 
 - ``plain group``: ``group(plain_effect.s(k) ...).apply_async()``, a plain Django task
@@ -56,10 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1000, help="tasks per batch")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--database", default="postgres", choices=STACKS,
-                        help="the stack (bench/stacks.py; default PostgreSQL directly)")
-    parser.add_argument("--out", default=None, help="results file (default "
-                        "bench/results/publish_batch.json, publish_batch-<database>.json "
-                        "off PostgreSQL direct)")
+                        help="the stack (bench/lib/stacks.py; default PostgreSQL directly)")
+    parser.add_argument("--out", default=None, help="results file")
     args = parser.parse_args(argv)
 
     queue = c.new_queue("bench-batch")

@@ -1,8 +1,8 @@
 """Operating at scale: each operator action timed on a realistic job table of N rows.
 
-    .venv/bin/python bench/scale.py                 # 10M jobs (~11 GB, ~5 min to build)
-    .venv/bin/python bench/scale.py --rows 20000    # a quick look
-    .venv/bin/python bench/scale.py --reuse         # time again on the table already built
+    python -m bench run scale                     # 10M jobs (~11 GB, ~5 min to build)
+    python -m bench run scale --n 20000           # a quick look (--n: the rows)
+    python -m bench run scale -- --reuse          # time again on the table already built
 
 The table lives in a database of its own (``IDEM_PG_NAME``, default ``idem_bench_scale``,
 never the shared ``idem``), built with ``INSERT ... SELECT generate_series`` (secondary
@@ -20,11 +20,11 @@ re-sends afterwards: ``first_pass_lag``; then with only the unknown task's claim
 then with nothing to do), ``idem_status`` (default and ``--exact``), every admin page
 through Django's test client as a superuser (the list, each filter, the date ranges, the
 sort orders, the searches, a page far down, a detail page), and ``idem_purge`` of the oldest day (rows/s) while a concurrent inserter
-measures its worst insert latency. Writes bench/results/scale.json. ``--drop`` drops the
+measures its worst insert latency. ``--drop`` drops the
 database afterwards (the JSON stays).
 
-The table (its tasks, build and sizes) is bench/scale_table.py, the actions timed on it
-bench/scale_actions.py; this module runs them and writes the results.
+Below: the table (its tasks, build and sizes), then the actions timed on it, then the
+run.
 """
 
 

@@ -1,6 +1,6 @@
 """Scaling: claim+commit latency, a recovery pass and the admin at 10k, 100k and 1M jobs.
 
-    .venv/bin/python bench/scaling.py --sizes 10000,100000,1000000
+    python -m bench run scaling --n 1000000        # 10k, 100k and 1M jobs
 
 The job table grows in place (10k, then +90k, then +900k rows), bulk-loaded with
 ``generate_series`` (3 history lines per job, as a finished job has: published, claimed,
@@ -18,9 +18,8 @@ succeeded), then ``VACUUM ANALYZE``. At each size:
 - ``admin``: the job changelist (``/admin/celery_idem/job/``) rendered by Django's test
   client as a superuser: time and query count, unfiltered and filtered by state.
 
-The table is bench/scaling_table.py; the measurements of a size are
-bench/scaling_claims.py, bench/scaling_recovery.py and bench/scaling_admin.py (plans read
-with bench/query_plan.py); this module runs them at each size and prints the table.
+Below: the run, the table, then the measurements of a size (claims, the recovery pass,
+the admin; plans read with bench/lib/measure.py's ``explain``).
 """
 
 

@@ -1,6 +1,6 @@
-"""Part 2 of bench/protocol_cost.py: the loops it times, each ``--iterations`` operations
+"""The statements suite's timed loops (part 2 of bench/suites/statements.py), each ``--iterations`` operations
 on one persistent connection (the plugin's claim+commit, the same SQL through psycopg,
-the raw floors, whole tasks through the tracer). protocol_cost.py's ``timings`` runs them
+the raw floors, whole tasks through the tracer). statements.py's ``timings`` runs them
 in rounds; they are apart from it so that what a loop does reads apart from the rounds.
 """
 

@@ -1,6 +1,6 @@
 """Protocol cost: statements and round trips per path, and microseconds per claim+commit.
 
-    .venv/bin/python bench/protocol_cost.py --iterations 2000 --rounds 5
+    python -m bench run statements --n 2000 --rounds 5    # --n: iterations per loop
 
 Part 1 counts, on PostgreSQL, what each path of the protocol sends: SQL statements as
 Django's ``CaptureQueriesContext`` sees them (BEGIN/COMMIT included) and network round
@@ -25,12 +25,11 @@ connection, all autocommit:
 - ``reconnect + SELECT 1``: what the fixup's close at every task costs the next query;
 - ``task plain|idem|atomic|replay``: a whole task through the tracer (no broker, no
   reconnect): what a worker process spends per task; ``prepared+rodup``: the same with
-  the proposed changes prototyped in bench/worker_app.py (server-side prepared
+  the proposed changes prototyped in bench/lib/worker_app.py (server-side prepared
   statements; no ``duplicate`` history line on a replay).
 
-Part 1's paths are bench/protocol_paths.py, part 2's loops bench/protocol_loops.py, what
-both run a task with bench/protocol_tracer.py and what part 1 counts with
-bench/protocol_counter.py; this module runs them and prints the tables.
+Part 1's paths and what it counts are below; part 2's loops are statement_loops.py and
+what both run a task with bench/lib/tracer.py.
 """
 
 
@@ -250,7 +249,7 @@ def paths() -> dict[str, Any]:
         run_task(t.bench_retry, (key_of("retry"),), key=rkey, task_id=tid, retries=1)
     out["retry: attempt 2 (succeeds)"] = _beyond_body(n.as_dict())
 
-    # the same default-mode paths with the proposed fixes (bench/worker_app.py PATCHES)
+    # the same default-mode paths with the proposed fixes (bench/lib/worker_app.py PATCHES)
     def fixed_paths() -> None:
         t.bench_idem.apply_async((key_of("fixed"),), queue=QUEUE)
         fkey = "bench/" + key_of("fixed")

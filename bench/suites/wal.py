@@ -1,6 +1,6 @@
 """WAL per fresh task, split by statement, relation and WAL record type (PostgreSQL 15+).
 
-    IDEM_PG_NAME=idem_bench .venv/bin/python bench/wal_breakdown.py --n 500
+    python -m bench run wal --n 500
 
 Runs, in this process on PostgreSQL, N plain tasks' writes (the benchmark task's one
 ``Effect`` INSERT through the ORM) and N fresh idempotent tasks through the real code
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="no CHECKPOINT before each measured loop")
     ap.add_argument("--pad", type=int, default=0,
                     help="widen each envelope by a header of this many bytes (random hex)")
-    ap.add_argument("--out", default=None, help="default bench/results/wal_breakdown.json")
+    ap.add_argument("--out", default=None, help="results file")
     args = ap.parse_args(argv)
 
     c.configure_in_process(QUEUE)
