@@ -21,6 +21,18 @@ from bench.lib import common as c
 from bench.lib.environment import environment
 from bench.suites import Options, refuse
 
+QUESTION = ("How many messages does kombu's filesystem transport lose, against "
+            "celery_idem.filesystem?")
+#: No database: the stack is not used.
+STACKS = ("postgres", "pgbouncer", "mysql")
+
+
+def arguments(o: Options) -> list[str]:
+    for option, value in (("--variants", o.variants), ("--broker", o.broker)):
+        refuse("broker-loss", option, value)
+    return [*o.pick(o.n, 200, "--n"), *o.pick(o.rounds, 1, "--rounds")]
+
+
 TRANSPORTS = {"kombu": "filesystem", "celery_idem": "celery_idem.filesystem:Transport"}
 QUEUE = "loss"
 
@@ -69,18 +81,6 @@ def one_round(transport: str, n: int) -> dict[str, int]:
         consumer.join()
     return {"sent": n, "received": received, "undecodable": undecodable,
             "lost": n - received}
-
-
-QUESTION = ("How many messages does kombu's filesystem transport lose, against "
-            "celery_idem.filesystem?")
-#: No database: the stack is not used.
-STACKS = ("postgres", "pgbouncer", "mysql")
-
-
-def arguments(o: Options) -> list[str]:
-    for option, value in (("--variants", o.variants), ("--broker", o.broker)):
-        refuse("broker-loss", option, value)
-    return [*o.pick(o.n, 200, "--n"), *o.pick(o.rounds, 1, "--rounds")]
 
 
 def main(argv: list[str] | None = None) -> int:

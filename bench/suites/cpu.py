@@ -60,6 +60,16 @@ from bench.lib import common as c
 from bench.lib.environment import environment
 from bench.suites import Options, refuse
 
+QUESTION = "How much CPU does this process spend per publish and per task?"
+STACKS = ("postgres", "pgbouncer", "mysql")
+
+
+def arguments(o: Options) -> list[str]:
+    refuse("cpu", "--variants", o.variants)
+    return ["--database", o.stack, *(["--broker", o.broker] if o.broker else []),
+            *o.pick(o.n, 100, "--n"), *o.pick(o.rounds, 1, "--rounds")]
+
+
 LOOPS = ("publish-plain", "publish-idem", "task-plain", "task-idem")
 WARMUP = 50
 #: Set in the process running under callgrind (``--instructions``): loops are counted.
@@ -159,16 +169,6 @@ def _check_effects(expected: int) -> None:
     found = Effect.objects.count()
     if found != expected:
         raise RuntimeError(f"expected {expected} effect rows, found {found}")
-
-
-QUESTION = "How much CPU does this process spend per publish and per task?"
-STACKS = ("postgres", "pgbouncer", "mysql")
-
-
-def arguments(o: Options) -> list[str]:
-    refuse("cpu", "--variants", o.variants)
-    return ["--database", o.stack, *(["--broker", o.broker] if o.broker else []),
-            *o.pick(o.n, 100, "--n"), *o.pick(o.rounds, 1, "--rounds")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,6 +108,20 @@ from bench.suites.end_to_end_variants import (
     reset,
 )
 
+QUESTION = ("How fast does a task run end to end (producer and worker timed together), "
+            "against the plain task on the same stack?")
+#: What ``--quick`` runs: the library's paths and their baseline.
+QUICK_VARIANTS = "django,idem,atomic,replay"
+
+
+def arguments(o: Options) -> list[str]:
+    variants = o.variants or (QUICK_VARIANTS if o.quick else None)
+    broker = o.broker or ("redis" if o.quick else None)
+    return ["--database", o.stack, *(["--brokers", broker] if broker else []),
+            *(["--variants", variants] if variants else []),
+            *o.pick(o.n, 300, "--n"), *o.pick(o.rounds, 1, "--rounds")]
+
+
 WARMUP = 4
 
 
@@ -186,20 +200,6 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
           f"{result['cpu_us_per_task_total']} us wal {result['wal_bytes_per_task']} B "
           f"load {result['loadavg_after'][0]}")
     return result
-
-
-QUESTION = ("How fast does a task run end to end (producer and worker timed together), "
-            "against the plain task on the same stack?")
-#: What ``--quick`` runs: the library's paths and their baseline.
-QUICK_VARIANTS = "django,idem,atomic,replay"
-
-
-def arguments(o: Options) -> list[str]:
-    variants = o.variants or (QUICK_VARIANTS if o.quick else None)
-    broker = o.broker or ("redis" if o.quick else None)
-    return ["--database", o.stack, *(["--brokers", broker] if broker else []),
-            *(["--variants", variants] if variants else []),
-            *o.pick(o.n, 300, "--n"), *o.pick(o.rounds, 1, "--rounds")]
 
 
 def main(argv: list[str] | None = None) -> int:

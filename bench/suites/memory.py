@@ -21,6 +21,16 @@ from bench.lib.environment import environment
 from bench.lib.workers import WorkerProcess
 from bench.suites import Options
 
+QUESTION = "How much memory does a worker hold after N tasks, against plain Celery?"
+STACKS = ("postgres",)
+
+
+def arguments(o: Options) -> list[str]:
+    return [*(["--broker", o.broker] if o.broker else []),
+            *(["--variants", o.variants] if o.variants else []),
+            *o.pick(o.n, 200, "--n"), *o.pick(o.rounds, 1, "--rounds")]
+
+
 VARIANTS = ("plain", "idem", "atomic")
 
 
@@ -76,16 +86,6 @@ def run(name: str, n: int, conn: str, broker: str) -> dict[str, Any]:
           f"  growth {growth} KiB  children {after['children']}")
     return {"variant": name, "conn": conn, "n": n, "warm_after_tasks": warm_at,
             "rss_warm_kib": warm, "rss_after_kib": after, "growth_kib": growth}
-
-
-QUESTION = "How much memory does a worker hold after N tasks, against plain Celery?"
-STACKS = ("postgres",)
-
-
-def arguments(o: Options) -> list[str]:
-    return [*(["--broker", o.broker] if o.broker else []),
-            *(["--variants", o.variants] if o.variants else []),
-            *o.pick(o.n, 200, "--n"), *o.pick(o.rounds, 1, "--rounds")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,9 +37,6 @@ from bench.lib.environment import environment
 from bench.lib.stacks import STACKS, Stack, opened
 from bench.suites import Options, refuse
 
-CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
-
-
 QUESTION = ("How fast does publishing go, one at a time and as a batch, against plain "
             "Celery's group?")
 
@@ -49,6 +46,9 @@ def arguments(o: Options) -> list[str]:
     if o.broker not in (None, "redis"):
         raise SystemExit("suite 'publishing' publishes to Redis only")
     return ["--database", o.stack, *o.pick(o.n, 100, "--n"), *o.pick(o.rounds, 1, "--rounds")]
+
+
+CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
 
 
 def main(argv: list[str] | None = None) -> int:

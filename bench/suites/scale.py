@@ -23,8 +23,8 @@ sort orders, the searches, a page far down, a detail page), and ``idem_purge`` o
 measures its worst insert latency. ``--drop`` drops the
 database afterwards (the JSON stays).
 
-Below: the table (its tasks, build and sizes), then the actions timed on it, then the
-run.
+Below: the run, then the table (its tasks, build and sizes), then the actions timed on
+it.
 """
 
 

@@ -65,6 +65,16 @@ from bench.suites.statement_loops import (
     raw_connection,
 )
 
+QUESTION = ("Which statements and round trips does each path send, and what does a "
+            "claim+commit cost against the same SQL through the driver?")
+STACKS = ("postgres",)
+
+
+def arguments(o: Options) -> list[str]:
+    refuse("statements", "--variants", o.variants)
+    refuse("statements", "--broker", o.broker)
+    return [*o.pick(o.n, 50, "--iterations"), *o.pick(o.rounds, 1, "--rounds")]
+
 
 def timings(iterations: int, rounds: int) -> dict[str, Any]:
     from bench.lib import tasks as t
@@ -136,17 +146,6 @@ def timings(iterations: int, rounds: int) -> dict[str, Any]:
                                  for k, v in med.items() if k.startswith("task ")},
         "captured_sql": [s for s, _ in template],
     }
-
-
-QUESTION = ("Which statements and round trips does each path send, and what does a "
-            "claim+commit cost against the same SQL through the driver?")
-STACKS = ("postgres",)
-
-
-def arguments(o: Options) -> list[str]:
-    refuse("statements", "--variants", o.variants)
-    refuse("statements", "--broker", o.broker)
-    return [*o.pick(o.n, 50, "--iterations"), *o.pick(o.rounds, 1, "--rounds")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,17 @@ from bench.lib import common as c
 from bench.lib.environment import environment
 from bench.suites import Options, refuse
 
+QUESTION = "How many WAL bytes does a fresh task write, by statement, relation and record?"
+STACKS = ("postgres",)
+
+
+def arguments(o: Options) -> list[str]:
+    for option, value in (("--variants", o.variants), ("--broker", o.broker),
+                          ("--rounds", o.rounds)):
+        refuse("wal", option, value)
+    return o.pick(o.n, 20, "--n")
+
+
 QUEUE = "bench-wal"
 STATEMENTS = ("intent", "claim", "body", "commit")
 _REL = re.compile(r"rel \d+/(\d+)/(\d+)")
@@ -232,17 +243,6 @@ def show(data: dict[str, Any]) -> None:
           f" {idem['bytes_without_fpi_per_task'] / plain['bytes_without_fpi_per_task']:.2f}x"
           " without")
     print(f"job row: {data['job_row']}")
-
-
-QUESTION = "How many WAL bytes does a fresh task write, by statement, relation and record?"
-STACKS = ("postgres",)
-
-
-def arguments(o: Options) -> list[str]:
-    for option, value in (("--variants", o.variants), ("--broker", o.broker),
-                          ("--rounds", o.rounds)):
-        refuse("wal", option, value)
-    return o.pick(o.n, 20, "--n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -146,3 +146,13 @@ def test_broker_loss(bench_env, tmp_path):
     assert data["summary"]["celery_idem"] == {"sent": 50, "lost": 0}
     assert data["summary"]["kombu"]["sent"] == 50
 
+
+
+def test_the_baselines_table_and_figure(bench_env, tmp_path):
+    """``report`` prints the committed baselines' table; ``plot`` draws it."""
+    assert "| a fresh task (IdempotentTask) |" in bench(bench_env, "report")
+    if not IN_CI:
+        pytest.importorskip("matplotlib")
+    png = tmp_path / "baselines.png"
+    bench(bench_env, "plot", "--out", str(png))
+    assert png.stat().st_size > 1000
