@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ def draw(rows: list[tuple[str, dict[str, list[float]]]], legend: dict[str, str],
 
     stacks = list(legend)
     width = 0.8 / max(1, len(stacks))
-    fig, ax = plt.subplots(figsize=(max(8, 1.8 * len(rows)), 5))
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(rows)), 5.5))
     for i, stack in enumerate(stacks):
         xs, ys, lo, hi = [], [], [], []
         for j, (_, by_stack) in enumerate(rows):
@@ -48,7 +49,7 @@ def draw(rows: list[tuple[str, dict[str, list[float]]]], legend: dict[str, str],
                     textcoords="offset points", ha="right", fontsize=7, color="firebrick")
     top = max([1.0, *(max(v) for _, by_stack in rows for v in by_stack.values() if v)])
     ax.set_ylim(0, top * 1.25)  # room for the legend above the bars
-    ax.set_xticks(range(len(rows)), [label.replace("`", "").replace(", ", ",\n")
+    ax.set_xticks(range(len(rows)), [textwrap.fill(label.replace("`", ""), 18, break_long_words=False)
                                      for label, _ in rows], fontsize=8)
     ax.set_ylabel("rate / the plain task's, same run")
     ax.set_title(title, fontsize=9)
