@@ -17,7 +17,6 @@ goes through PgBouncer. The worker subprocess is bench/lib/workers.py and what a
 file records of the run (versions, machine) bench/lib/environment.py.
 """
 
-
 from __future__ import annotations
 
 import json

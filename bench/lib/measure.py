@@ -3,7 +3,6 @@ end-to-end suite charges each run's producer, workers, servers, pooler and broke
 ``EXPLAIN (ANALYZE, BUFFERS)`` of one statement, rolled back, with what its plan uses
 (the scaling suite's claim and recovery plans)."""
 
-
 from __future__ import annotations
 
 import os

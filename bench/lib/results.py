@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.lib.common import ROOT
+from bench.lib.common import RESULTS, ROOT
 
 FORMAT = "celery-idem-bench/1"
-RESULTS = ROOT / "bench" / "results"
 BASELINES = ROOT / "bench" / "baselines"
 STACK_ORDER = ("postgres", "pgbouncer", "mysql")
 

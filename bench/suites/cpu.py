@@ -41,7 +41,6 @@ runs ~50x slower, so use a small ``--n``, e.g. ``--n 200 --rounds 2``). Medians 
 ratios are then of ``instr`` instead of ``cpu_us`` and ``wall_us``.
 """
 
-
 from __future__ import annotations
 
 import argparse

@@ -79,7 +79,6 @@ fixup's reconnect in the same rounds). Ratios divide by ``django`` (and by ``raw
 the same round.
 """
 
-
 from __future__ import annotations
 
 import argparse

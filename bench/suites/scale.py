@@ -27,7 +27,6 @@ Below: the run, then the table (its tasks, build and sizes), then the actions ti
 it.
 """
 
-
 from __future__ import annotations
 
 import argparse

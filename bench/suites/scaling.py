@@ -22,7 +22,6 @@ Below: the run, the table, then the measurements of a size (claims, the recovery
 the admin; plans read with bench/lib/measure.py's ``explain``).
 """
 
-
 from __future__ import annotations
 
 import argparse

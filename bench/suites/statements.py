@@ -32,7 +32,6 @@ Part 1's paths and what it counts are below; part 2's loops are statement_loops.
 what both run a task with bench/lib/tracer.py.
 """
 
-
 from __future__ import annotations
 
 import argparse
