@@ -21,7 +21,7 @@ from pathlib import Path
 from bench import suites
 
 
-def _list() -> int:
+def _list(args: argparse.Namespace) -> int:
     for name in suites.SUITES:
         suite = suites.load(name)
         print(f"{name:12} {suite.QUESTION}\n{'':12} stacks: {', '.join(suite.STACKS)}")
@@ -37,10 +37,11 @@ def _run(args: argparse.Namespace) -> int:
     argv = suites.arguments(args.suite, options)
     out = Path(args.out) if args.out else results.default_out(args.suite, args.stack)
     out.parent.mkdir(parents=True, exist_ok=True)
+    command = shlex.join(["python", "-m", "bench", *sys.argv[1:]])
+    sys.argv[0] = f"python -m bench run {args.suite} --"  # what the suite's --help shows
     status = suites.load(args.suite).main([*argv, "--out", str(out)])
     if status or not out.exists():
         return status or 1
-    command = shlex.join(["python", "-m", "bench", *sys.argv[1:]])
     results.stamp(out, args.suite, args.stack, command)
     print(out)
     return 0
@@ -107,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # the suite's own arguments
     args = parser().parse_args(argv[:len(argv) - len(extra) - (1 if extra else 0)])
     args.extra = extra
-    return {"list": lambda: _list(), "run": lambda: _run(args),
-            "report": lambda: _report(args), "plot": lambda: _plot(args)}[args.command]()
+    return {"list": _list, "run": _run, "report": _report, "plot": _plot}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -283,6 +283,10 @@ def files_report(paths: list[str]) -> str:
     """The tables of end-to-end results files; with several (one per stack), each file's
     tables, then every variant's ratio to the plain task per stack."""
     files = [json.loads(Path(arg).read_text()) for arg in paths]
+    for path, data in zip(paths, files, strict=True):
+        if data.get("suite", "end-to-end") != "end-to-end":
+            raise SystemExit(f"{path}: a {data['suite']} results file; report FILE reads "
+                             "end-to-end results (the others print their table when run)")
     parts = [markdown(data, titled=len(files) > 1) for data in files]
     if len(files) > 1:
         brokers = dict.fromkeys(run["broker"] for data in files for run in data["runs"])
