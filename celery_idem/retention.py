@@ -2,9 +2,9 @@
 
 Shared by ``manage.py idem_purge`` and the beat task ``celery_idem.purge_finished_jobs``
 (``celery_idem.beat.purge_schedule``). Deletes by id in batches, one short transaction
-each, so no lock is held for long and producers keep writing (bench/scale.py measures
-the worst concurrent insert during a purge). Two runs may overlap: the second deletes
-what the first has not.
+each, so no lock is held for long and producers keep writing (the benchmark suite
+``scale`` measures the worst concurrent insert during a purge). Two runs may overlap:
+the second deletes what the first has not.
 """
 
 from __future__ import annotations

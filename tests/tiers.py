@@ -46,7 +46,7 @@ class Tier:
 
 #: Redis databases, by who uses them (the lanes must not share one; tests/unit/test_tiers.py
 #: checks the tiers' own): 0, 1 the first lane's tiers and tests/packaging; 6, 7 bench/
-#: (bench/_common.py; its smoke tests run in postgres+redis); 2, 3 mariadb+redis; 8, 9
+#: (bench/lib/common.py; its smoke tests run in postgres+redis); 2, 3 mariadb+redis; 8, 9
 #: pgbouncer+redis; 10, 11 oldest; 12, 13 celery-compat; 14, 15 newest.
 POSTGRES = {"IDEM_DATABASE": "postgres"}
 MARIADB = {"IDEM_DATABASE": "mysql"}
@@ -56,13 +56,11 @@ MARIADB = {"IDEM_DATABASE": "mysql"}
 SAME_ON_EVERY_STACK = tuple(f"tests/integration/test_{name}.py" for name in (
     "beat", "call_paths", "celery_published", "leader", "metrics", "publish_paths",
     "pydantic", "replace_check", "retry_arguments", "send_task_keys", "untyped"))
-#: Worker tests of a prototype in bench/ (bench/onestmt.py), not of the library: --full.
-PROTOTYPES = ("tests/integration/test_onestmt_prototype.py",)
 #: The other worker tests: duplicates, crashes, recovery, the outbox, batches, the stored
 #: message, large arguments, recipes, steps, and each database's own (the rest skip).
 STACK_WORKER_TESTS = tuple(sorted(
     str(path.relative_to(ROOT)) for path in (ROOT / "tests" / "integration").glob("test_*.py")
-    if str(path.relative_to(ROOT)) not in SAME_ON_EVERY_STACK + PROTOTYPES))
+    if str(path.relative_to(ROOT)) not in SAME_ON_EVERY_STACK))
 TIERS = [
     Tier("unit", "unit tests: no database, no services (the fastest useful subset)",
          ("tests/unit",)),
@@ -73,11 +71,11 @@ TIERS = [
          ("tests/db", "tests/browser", *STACK_WORKER_TESTS), {"IDEM_DATABASE": "sqlite"},
          full_paths=SAME_ON_EVERY_STACK, beside=True),
     Tier("postgres+redis", "PostgreSQL + Redis: database tests (native SQL and portable "
-         "backends), real workers on every pool, every benchmark at a tiny size, the chaos "
-         "suite small (the bench/ prototype's worker test with --full)",
+         "backends), real workers on every pool, every benchmark suite at a tiny size, the "
+         "chaos suite small",
          ("tests/db", *STACK_WORKER_TESTS, *SAME_ON_EVERY_STACK, "tests/bench", "tests/chaos"),
          {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
-         ("postgres", "redis", "rabbitmq"), full_paths=PROTOTYPES),
+         ("postgres", "redis", "rabbitmq")),
     Tier("postgres+rabbitmq", "PostgreSQL + RabbitMQ: the worker tests whose outcome rests "
          "on the broker (marked `pools` or `delivery`; all of them with --full), the chaos "
          "suite small", ("tests/integration", "tests/chaos"),

@@ -2,8 +2,8 @@
 # serves the admin's search by key prefix and its ordering by key, and the index of its
 # own on ``key`` goes. Each write of a job row that is not a HOT update (the intent, the
 # claim and the commit all change an indexed column) adds an entry to every index:
-# measured with bench/wal_breakdown.py, one index fewer is about 290 WAL bytes per fresh
-# task (docs/benchmarks.md, "WAL per fresh task: where the bytes go").
+# measured with `python -m bench run wal`, one index fewer is about 290 WAL bytes per fresh
+# task (docs/decisions/).
 #
 # The claim's lookup (namespace = %s AND key = %s) and ON CONFLICT (namespace, key) use
 # either column order. The swap rebuilds the unique index: on PostgreSQL and SQLite in

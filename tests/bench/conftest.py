@@ -1,5 +1,5 @@
 """The benchmarks' smoke tests' environments: a throwaway database per module (PostgreSQL,
-``idem_bench_smoke_*``, dropped after), and the stacks of ``--database``."""
+``idem_bench_smoke_*``, dropped after), and the stacks of ``--stack``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import IN_CI, require_service
 
-from .scripts import ROOT
+from .runner import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def bench_env(tmp_path_factory):
 
 @pytest.fixture(params=["pgbouncer", "mysql"])
 def stack_env(request, bench_env):
-    """A stack of ``--database`` (bench/stacks.py) other than PostgreSQL directly, whose
+    """A stack of ``--stack`` (bench/lib/stacks.py) other than PostgreSQL directly, whose
     service must be there: a missing PgBouncer binary or MariaDB fails in CI."""
     if request.param == "mysql":
         require_service("mariadb")

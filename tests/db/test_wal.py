@@ -12,8 +12,8 @@ Each job is measured alone in the table (emptied first), so its page has room fo
 new versions. Where it has none and nothing on it can be pruned (many wide rows on the
 page, or another session's snapshot holding their dead versions), the new version goes
 to another page and PostgreSQL logs the whole row, message and all: measured, not
-tested, by ``bench/wal_layouts.py`` (orders ``backlog`` and ``held``;
-docs/decisions/2026-11-25-no-hot-cold-split.md).
+tested, by ``bench/experiments/2026-11-27-job-row-layouts/wal_layouts.py`` (orders
+``backlog`` and ``held``; docs/decisions/2026-11-25-no-hot-cold-split.md).
 """
 
 from __future__ import annotations
