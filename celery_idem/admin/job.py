@@ -42,9 +42,9 @@ CHILDREN_SHOWN = 20
 #: The characters of a long key, task name or worker the list shows (head, tail) around
 #: an ellipsis: a key's start names its kind and its end tells keys apart; a task's (or a
 #: namespace's) end is its name; a worker's start is its host.
-KEY_SHOWN = (14, 9)
+KEY_SHOWN = (15, 10)
 NAME_SHOWN = (4, 24)
-WORKER_SHOWN = (20, 0)
+WORKER_SHOWN = (18, 0)
 
 
 def _moment(field: str, label: Any) -> Any:
