@@ -40,8 +40,8 @@ class Outcome(enum.Enum):
     WRONG_STATE = "wrong_state"
     #: The job changed (state or attempt) since the operator looked; nothing was written.
     RACED = "raced"
-    #: Retry only: the job has no stored arguments (STORE_ARGUMENTS off), so it cannot be
-    #: sent again; nothing was written.
+    #: Retry and send now: the job has no stored arguments (STORE_ARGUMENTS off), so it
+    #: cannot be sent again; nothing was written.
     NOT_STORED = "not_stored"
     #: Send now only: the job waits for a retry scheduled for later (its not-before), and
     #: its message is due then; nothing was written.
