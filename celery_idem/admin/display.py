@@ -55,6 +55,16 @@ def error_line(error_type: str | None, message: str | None) -> SafeString | str:
     return format_html('<span class="idem-error-line" title="{}">{}</span>', text, text)
 
 
+def sent(job: Any) -> SafeString | str:
+    """When the job's message was last sent, or that it has not left yet."""
+    if job.sent_at is not None:
+        return moment(job.sent_at)
+    if job.attempt:  # claimed before the sender marked it sent: it certainly left
+        return _("sent (claimed before it was marked sent)")
+    return format_html('{} <span class="idem-muted">({})</span>', _("not sent yet"),
+                       _("recovery sends it after CELERY_IDEM_NEVER_SENT_TIMEOUT"))
+
+
 def resends(count: int) -> str:
     """How often the job's message was sent again (by recovery or an operator)."""
     if not count:

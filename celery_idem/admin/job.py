@@ -91,8 +91,7 @@ class JobAdmin(OperatorActions):
         (gettext_lazy("Outcome"), {"fields": ("result_display", "error_display")}),
     )
     readonly_fields = ("state_display", "task_id_display", "resent_display", "parent_display",
-                       "children_display",
-                       "created_display", "started_display",
+                       "children_display", "created_display", "started_display",
                        "finished_display", "duration_display", "lease_display",
                        "not_before_display", "expires_display", "sent_display",
                        "updated_display", "message_display",
@@ -211,12 +210,7 @@ class JobAdmin(OperatorActions):
 
     @admin.display(description=gettext_lazy("message sent at"))
     def sent_display(self, job: Job) -> Any:
-        if job.sent_at is not None:
-            return display.moment(job.sent_at)
-        if job.attempt:  # claimed before the sender marked it sent: it certainly left
-            return _("sent (claimed before it was marked sent)")
-        return format_html('{} <span class="idem-muted">({})</span>', _("not sent yet"), _(
-            "recovery sends it after CELERY_IDEM_NEVER_SENT_TIMEOUT"))
+        return display.sent(job)
 
     @admin.display(description=gettext_lazy("re-sent"))
     def resent_display(self, job: Job) -> str:
