@@ -57,6 +57,18 @@ class TestJobList:
         assert "Running, stale claim" in html
         assert len(keys(response)) == len(jobs)
 
+    def test_long_keys_and_names_are_cut_in_the_middle_and_whole_in_their_title(self, viewer):
+        """A 64-character key shows its start and end around an ellipsis; its title, the
+        task's and the namespace's hold them whole; the detail page shows the whole key."""
+        key = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+        job = make_job(key, State.SUCCEEDED)
+        Job.objects.filter(pk=job.pk).update(namespace="billing.invoices.v2")
+        html = viewer.get(LIST).content.decode()
+        assert f'<span class="idem-short" title="{key}">9f86d081884c7d6…15b0f00a08</span>' in html
+        assert ('<span title="shop.tasks.charge_card">shop.tasks.charge_card</span> · '
+                '<span title="billing.invoices.v2">billing.invoices.v2</span>') in html
+        assert f'<div class="readonly">{key}</div>' in viewer.get(detail(job)).content.decode()
+
     def test_newest_first(self, viewer):
         """The default order is by creation, newest first."""
         make_job("old", age=timedelta(hours=2))
