@@ -1,4 +1,4 @@
-"""Operator actions on jobs: retry, release, resolve and forget.
+"""Operator actions on jobs: retry, send now, release, resolve and forget.
 
 The admin calls these, and so can a management command or a shell. Each one is a single
 conditional write through the backend (which appends the history row with the acting user
@@ -21,7 +21,7 @@ from . import states
 from .backends import Change, get_backend
 from .conf import settings
 from .models import Job
-from .recovery.handback import plan, registered_task
+from .recovery.handback import plan, registered_task, resendable
 from .recovery.resend import redispatch, task_id_for
 from .states import State
 
@@ -40,9 +40,15 @@ class Outcome(enum.Enum):
     WRONG_STATE = "wrong_state"
     #: The job changed (state or attempt) since the operator looked; nothing was written.
     RACED = "raced"
-    #: Retry only: the job has no stored arguments (STORE_ARGUMENTS off), so it cannot be
-    #: sent again; nothing was written.
+    #: Retry and send now: the job has no stored arguments (STORE_ARGUMENTS off), so it
+    #: cannot be sent again; nothing was written.
     NOT_STORED = "not_stored"
+    #: Send now only: the job waits for a retry scheduled for later (its not-before), and
+    #: its message is due then; nothing was written.
+    SCHEDULED = "scheduled"
+    #: Send now only: the job's message expired unclaimed (recovery ends it EXPIRED);
+    #: nothing was written.
+    EXPIRED = "expired"
 
 
 @dataclass
@@ -96,13 +102,14 @@ def _dispatch_values(job: Job) -> dict[str, Any]:
             "sent_at": timezone.now()}
 
 
-def _send_after_commit(result: ActionResult) -> None:
-    """Send the job's task again, under the task id the transition wrote, after the commit."""
+def _send_after_commit(result: ActionResult, *, fresh: bool = True) -> None:
+    """Send the job's task again, under the task id the transition wrote, after the commit.
+    ``fresh``: without the message's expiry and retry count (``recovery.resend``)."""
     job = result.job
 
     def send() -> None:
         try:
-            result.task_id = redispatch(job, task_id=job.task_id, fresh=True)
+            result.task_id = redispatch(job, task_id=job.task_id, fresh=fresh)
         # Any broker or routing error: the job stays PENDING, and the reaper sends PENDING
         # jobs again after CELERY_IDEM_DISPATCH_TIMEOUT, so report it and go on.
         except Exception as exc:
@@ -154,6 +161,38 @@ def retry(job: Job, *, actor: str, note: str = "", attempt: int | None = None,
     result = ActionResult(job, outcome)
     if result.done and dispatch:
         _send_after_commit(result)
+    return result
+
+
+def send_now(job: Job, *, actor: str, note: str = "", attempt: int | None = None
+             ) -> ActionResult:
+    """Send a PENDING job's stored message again now, as recovery sends a message presumed
+    lost (the ``redispatched`` move, then the message after the commit), without waiting
+    for ``CELERY_IDEM_DISPATCH_TIMEOUT``.
+
+    Refused, with nothing written: a job that is not PENDING (WRONG_STATE), whose
+    arguments are not stored (NOT_STORED), that waits for a retry scheduled for later
+    (SCHEDULED) or whose message expired (EXPIRED). The move is fenced by the attempt and
+    the re-send count the operator saw, so a job claimed or sent meanwhile is RACED.
+    """
+    if not states.applies("redispatched", job.state):
+        return ActionResult(job, Outcome.WRONG_STATE)
+    if not resendable(job):
+        return ActionResult(job, Outcome.NOT_STORED)
+    now = timezone.now()
+    if job.not_before is not None and job.not_before > now:
+        return ActionResult(job, Outcome.SCHEDULED)
+    if job.expires_at is not None and job.expires_at < now:
+        return ActionResult(job, Outcome.EXPIRED)
+    task_id = task_id_for(job)
+    result = ActionResult(job, _write(job, Change(
+        job.pk, "redispatched", State.PENDING,
+        attempt=job.attempt if attempt is None else attempt, dispatch_count=job.dispatch_count,
+        values={"task_id": task_id, "dispatch_count": job.dispatch_count + 1, "sent_at": now},
+        reason=_reason("sent again now by an operator", note), actor=actor, task_id=task_id,
+        task_name=job.task_name)))
+    if result.done:
+        _send_after_commit(result, fresh=False)
     return result
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR, ChangeList
 from django.core.paginator import Paginator
+from django.db.models.fields.json import KT
+from django.db.models.functions import Left
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -28,6 +30,8 @@ COUNT_LIMIT = 10_000
 SAMPLE_LIMIT = 1_000
 #: At most this many task names are offered in the task filter.
 TASK_NAMES_LIMIT = 200
+#: The characters of a failure's reason the list reads (its cell shows one line of them).
+ERROR_SHOWN = 300
 #: Sorts after any text that starts with a given prefix (for an index range scan).
 _AFTER_PREFIX = chr(0x10FFFF)
 
@@ -160,10 +164,13 @@ class JobChangeList(ChangeList):
     """The job changelist, with the per-state summary for the current filter."""
 
     def get_queryset(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        # The list never shows the JSON columns, which may hold large tracebacks, nor the
-        # stored message (~1 KB a job).
+        # The list never reads the JSON columns, which may hold large tracebacks, nor the
+        # stored message (~1 KB a job): of the error, only its type and the start of its
+        # reason, for the state column.
         return super().get_queryset(request, *args, **kwargs).defer(
-            "args", "kwargs", "result", "error", "options", "message")
+            "args", "kwargs", "result", "error", "options", "message").annotate(
+            error_type=KT("error__type"),
+            error_message=Left(KT("error__message"), ERROR_SHOWN))
 
     def state_summary(self) -> list[dict[str, Any]]:
         """Each state with its count under the current filter and a link that selects it."""

@@ -14,6 +14,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from ..states import State, lease_expired
 
@@ -32,6 +33,44 @@ def state_badge(value: str | None, *, stale: bool = False) -> SafeString:
             value.lower(), _("%(state)s, stale claim") % {"state": label},
         )
     return format_html('<span class="idem-state idem-state--{}">{}</span>', value.lower(), label)
+
+
+def shortened(text: str, head: int, tail: int = 0) -> SafeString | str:
+    """``text`` cut to its first ``head`` and last ``tail`` characters around an ellipsis
+    when it is longer, in a span whose title (a tooltip) is the whole text: the list's
+    CSS may cut it further to fit its column."""
+    if not text:
+        return ""
+    if len(text) <= head + tail + 1:
+        return format_html('<span title="{}">{}</span>', text, text)
+    return format_html('<span class="idem-short" title="{}">{}…{}</span>', text, text[:head],
+                       text[len(text) - tail:] if tail else "")
+
+
+def error_line(error_type: str | None, message: str | None) -> SafeString | str:
+    """An error's type and reason on one line cut by the list's CSS, whole in its title."""
+    if not error_type and not message:
+        return ""
+    text = f"{error_type}: {message}" if error_type and message else error_type or message
+    return format_html('<span class="idem-error-line" title="{}">{}</span>', text, text)
+
+
+def sent(job: Any) -> SafeString | str:
+    """When the job's message was last sent, or that it has not left yet."""
+    if job.sent_at is not None:
+        return moment(job.sent_at)
+    if job.attempt:  # claimed before the sender marked it sent: it certainly left
+        return _("sent (claimed before it was marked sent)")
+    return format_html('{} <span class="idem-muted">({})</span>', _("not sent yet"),
+                       _("recovery sends it after CELERY_IDEM_NEVER_SENT_TIMEOUT"))
+
+
+def resends(count: int) -> str:
+    """How often the job's message was sent again (by recovery or an operator)."""
+    if not count:
+        return _("not re-sent")
+    return ngettext("re-sent %(count)d time", "re-sent %(count)d times", count) % {
+        "count": count}
 
 
 def short_duration(seconds: float, *, coarse: bool = False) -> str:

@@ -35,10 +35,16 @@ from .changelist import (
     key_prefix,
 )
 from .operations import OperatorActions
-from .timeline import timeline
+from .timeline import attempts, timeline
 
 #: How many child jobs the detail page links; the rest are one changelist link away.
 CHILDREN_SHOWN = 20
+#: The characters of a long key, task name or worker the list shows (head, tail) around
+#: an ellipsis: a key's start names its kind and its end tells keys apart; a task's (or a
+#: namespace's) end is its name; a worker's start is its host.
+KEY_SHOWN = (15, 10)
+NAME_SHOWN = (4, 24)
+WORKER_SHOWN = (18, 0)
 
 
 def _moment(field: str, label: Any) -> Any:
@@ -52,8 +58,11 @@ def _moment(field: str, label: Any) -> Any:
 
 
 class JobAdmin(OperatorActions):
-    list_display = ("key_column", "task_name", "state_column", "attempt", "worker_column",
-                    "age_column", "duration_column", "updated_column")
+    # Narrow enough for a laptop's list beside the admin's sidebar and the filters: the
+    # task under its key, long keys and names cut in the middle (whole on hover and on
+    # the detail page), a failure's reason one line under its state; when it was created
+    # (the list's order) and how long it ran are on the detail page.
+    list_display = ("key_column", "state_column", "attempt", "worker_column", "updated_column")
     list_display_links = ("key_column",)
     list_filter = ("state", ClaimFilter, DeadLetteredFilter, TaskNameFilter,
                    ("created_at", admin.DateFieldListFilter))
@@ -62,7 +71,7 @@ class JobAdmin(OperatorActions):
     search_help_text = gettext_lazy("A key, the start of a key, or a Celery task id.")
     ordering = ("-created_at",)
     # Only orderings that an index serves.
-    sortable_by = ("key_column", "task_name", "age_column")
+    sortable_by = ("key_column",)
     show_full_result_count = False
     list_per_page = 50
     if hasattr(admin, "ShowFacets"):  # Django 5.0+: facets would count every filter choice
@@ -70,7 +79,7 @@ class JobAdmin(OperatorActions):
 
     fieldsets = (
         (None, {"fields": ("key", "namespace", "task_name", "state_display", "attempt",
-                           "worker", "task_id_display", "dispatch_count", "fingerprint",
+                           "worker", "task_id_display", "resent_display", "fingerprint",
                            "parent_display", "children_display")}),
         (gettext_lazy("Timing"), {"fields": ("created_display", "started_display",
                                              "finished_display", "duration_display",
@@ -81,8 +90,8 @@ class JobAdmin(OperatorActions):
                                                 "options_display", "message_display")}),
         (gettext_lazy("Outcome"), {"fields": ("result_display", "error_display")}),
     )
-    readonly_fields = ("state_display", "task_id_display", "parent_display", "children_display",
-                       "created_display", "started_display",
+    readonly_fields = ("state_display", "task_id_display", "resent_display", "parent_display",
+                       "children_display", "created_display", "started_display",
                        "finished_display", "duration_display", "lease_display",
                        "not_before_display", "expires_display", "sent_display",
                        "updated_display", "message_display",
@@ -128,28 +137,24 @@ class JobAdmin(OperatorActions):
         # Case-sensitive on purpose: keys are identifiers, and the key index serves it.
         return queryset.filter(Q(**key_prefix(term)) | Q(task_id=term)), False
 
-    @admin.display(description=gettext_lazy("key"), ordering="key")
+    @admin.display(description=gettext_lazy("key and task"), ordering="key")
     def key_column(self, job: Job) -> Any:
+        task = display.shortened(job.task_name, *NAME_SHOWN)
         if job.namespace != job.task_name:
-            return format_html('{}<br><small class="idem-muted">{}</small>', job.key,
-                               job.namespace)
-        return job.key
+            task = format_html("{} · {}", task, display.shortened(job.namespace, *NAME_SHOWN))
+        return format_html('{}<br><small class="idem-muted">{}</small>',
+                           display.shortened(job.key, *KEY_SHOWN), task)
 
     @admin.display(description=gettext_lazy("state"))
     def state_column(self, job: Job) -> Any:
-        return display.state_badge(job.state, stale=display.is_stale(job))
+        badge = display.state_badge(job.state, stale=display.is_stale(job))
+        error = display.error_line(getattr(job, "error_type", None),
+                                   getattr(job, "error_message", None))
+        return format_html("{}<br>{}", badge, error) if error else badge
 
     @admin.display(description=gettext_lazy("worker"))
-    def worker_column(self, job: Job) -> str:
-        return job.worker or self.get_empty_value_display()
-
-    @admin.display(description=gettext_lazy("age"), ordering="created_at")
-    def age_column(self, job: Job) -> Any:
-        return display.since(job.created_at)
-
-    @admin.display(description=gettext_lazy("duration"))
-    def duration_column(self, job: Job) -> str:
-        return display.run_time(job) or self.get_empty_value_display()
+    def worker_column(self, job: Job) -> Any:
+        return display.shortened(job.worker, *WORKER_SHOWN) or self.get_empty_value_display()
 
     @admin.display(description=gettext_lazy("last update"))
     def updated_column(self, job: Job) -> Any:
@@ -202,7 +207,14 @@ class JobAdmin(OperatorActions):
     not_before_display = _moment("not_before", gettext_lazy("not before"))
     updated_display = _moment("updated_at", gettext_lazy("updated at"))
     expires_display = _moment("expires_at", gettext_lazy("message expires at"))
-    sent_display = _moment("sent_at", gettext_lazy("message sent at"))
+
+    @admin.display(description=gettext_lazy("message sent at"))
+    def sent_display(self, job: Job) -> Any:
+        return display.sent(job)
+
+    @admin.display(description=gettext_lazy("re-sent"))
+    def resent_display(self, job: Job) -> str:
+        return display.resends(job.dispatch_count)
 
     @admin.display(description=gettext_lazy("message as published"))
     def message_display(self, job: Job) -> Any:
@@ -251,8 +263,10 @@ class JobAdmin(OperatorActions):
                  "value": display.pretty_json(c.value)}
                 for c in job.checkpoints.order_by("at", "id")
             ]
+            history = list(job.transitions.all())
             context.update(
-                timeline=timeline(job, job.transitions.all()),
+                timeline=timeline(job, history),
+                attempts=attempts(job, history),
                 checkpoints=checkpoints,
                 job_actions=self._detail_actions(request, job, bool(checkpoints)),
                 changelist_url=reverse(f"{self.admin_site.name}:celery_idem_job_changelist"),
@@ -269,6 +283,7 @@ class JobAdmin(OperatorActions):
             # Only a job with completed steps has anything to start again from scratch.
             ("retry_from_scratch_selected", _("Retry from scratch"), "reset",
              can_retry and has_steps),
+            ("send_now_selected", _("Send now"), "redispatched", can_retry),
             ("resolve_selected", _("Resolve…"), "resolved",
              self.has_resolve_permission(request)),
             ("release_selected", _("Release claim…"), "released",

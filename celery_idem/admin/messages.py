@@ -37,6 +37,35 @@ RETRY = {
         "count"), messages.ERROR),
 }
 
+SEND_NOW = {
+    "done": (ngettext_lazy(
+        "%(count)d pending job was sent to its queue again: %(keys)s.",
+        "%(count)d pending jobs were sent to their queues again: %(keys)s.",
+        "count"), messages.SUCCESS),
+    "wrong_state": (ngettext_lazy(
+        "%(count)d job was not sent because only pending jobs can be: %(keys)s.",
+        "%(count)d jobs were not sent because only pending jobs can be: %(keys)s.",
+        "count"), messages.WARNING),
+    "not_stored": (ngettext_lazy(
+        "%(count)d job was not sent because its arguments are not stored "
+        "(CELERY_IDEM_STORE_ARGUMENTS is off): %(keys)s.",
+        "%(count)d jobs were not sent because their arguments are not stored "
+        "(CELERY_IDEM_STORE_ARGUMENTS is off): %(keys)s.",
+        "count"), messages.ERROR),
+    "scheduled": (ngettext_lazy(
+        "%(count)d job was not sent because it waits for a retry scheduled for later; its "
+        "message is due then: %(keys)s.",
+        "%(count)d jobs were not sent because they wait for retries scheduled for later; "
+        "their messages are due then: %(keys)s.",
+        "count"), messages.WARNING),
+    "expired": (ngettext_lazy(
+        "%(count)d job was not sent because its message expired; recovery marks it "
+        "expired, and Retry sends it again: %(keys)s.",
+        "%(count)d jobs were not sent because their messages expired; recovery marks them "
+        "expired, and Retry sends them again: %(keys)s.",
+        "count"), messages.WARNING),
+}
+
 RELEASE = {
     "done": (ngettext_lazy(
         "%(count)d claim was released; the job is pending again and was sent to its "

@@ -1,4 +1,4 @@
-"""The operator actions of the job admin: retry, release, resolve and forget.
+"""The operator actions of the job admin: retry, send now, release, resolve and forget.
 
 Each is a changelist action behind its own permission (``has_<name>_permission``) that
 calls the domain function in ``celery_idem.actions`` per job and reports every outcome
@@ -39,8 +39,8 @@ MAX_ACTION_JOBS = 500
 class OperatorActions(admin.ModelAdmin):
     """The operator actions of a ModelAdmin; ``JobAdmin`` derives from it."""
 
-    actions = ("retry_selected", "retry_from_scratch_selected", "release_selected",
-               "resolve_selected", "forget_selected")
+    actions = ("retry_selected", "retry_from_scratch_selected", "send_now_selected",
+               "release_selected", "resolve_selected", "forget_selected")
 
     def _has(self, request: HttpRequest, codename: str) -> bool:
         user: Any = request.user
@@ -139,6 +139,19 @@ class OperatorActions(admin.ModelAdmin):
         actor = request.user.get_username()
         results = [domain.retry(job, actor=actor, clear_steps=clear_steps) for job in jobs]
         self._report(request, results, texts.RETRY, self._retry_kind)
+        return self._next(request)
+
+    # Sending a pending job's message again repeats nothing a retry would not: the same
+    # permission covers it.
+    @admin.action(description=gettext_lazy("Send selected pending jobs to their queues now"),
+                  permissions=["retry"])
+    def send_now_selected(self, request: HttpRequest, queryset: Any) -> Any:
+        jobs = self._selected(request, queryset)
+        if jobs is None:
+            return None
+        actor = request.user.get_username()
+        results = [domain.send_now(job, actor=actor) for job in jobs]
+        self._report(request, results, texts.SEND_NOW)
         return self._next(request)
 
     @admin.action(description=gettext_lazy("Release the claim of selected running jobs…"),

@@ -1,4 +1,5 @@
-"""A job's timeline on its admin page: the history rows merged with the job row's moments.
+"""A job's timeline on its admin page: the history rows merged with the job row's moments,
+and its attempts, one line each.
 
 The happy path records no history (``states.MOVES``: ``published``, ``claimed`` and
 ``succeeded`` are not recorded), because the job row already holds when it was created,
@@ -61,3 +62,44 @@ def _line(at: datetime, event: str, from_state: str | None, to_state: str, attem
         # Read from the job row's columns, not from a history row.
         "derived": derived,
     }
+
+
+def attempts(job: Job, transitions: Iterable[Transition]) -> list[dict[str, Any]]:
+    """Each attempt of ``job``, oldest first: when it started, its worker, when and how it
+    ended. The row holds the last claim's start; the history holds each take-over's start
+    and every end but a success, which the row holds. An earlier attempt's plain claim is
+    recorded nowhere, so its start is None."""
+    runs: dict[int, dict[str, Any]] = {n: {"attempt": n, "started": None, "worker": "",
+                                           "ended": None, "event": "", "to": None,
+                                           "reason": ""}
+                                       for n in range(1, job.attempt + 1)}
+    for t in transitions:
+        run = runs.get(t.attempt)
+        if run is None:
+            continue
+        if t.event == "taken_over":
+            run.update(started=t.at, worker=t.worker)
+            before = runs.get(t.attempt - 1)
+            if before is not None and before["ended"] is None:  # its claim was taken over
+                before.update(ended=t.at, event=t.event, to=State.RUNNING)
+        elif t.from_state == State.RUNNING and t.to_state != State.RUNNING:
+            run.update(ended=t.at, event=t.event, to=t.to_state, reason=t.reason,
+                       worker=run["worker"] or t.worker)
+    last = runs.get(job.attempt)
+    if last is not None:
+        last["started"] = job.started_at or last["started"]
+        last["worker"] = last["worker"] or job.worker
+        if last["ended"] is None and job.state == State.SUCCEEDED and job.finished_at:
+            last.update(ended=job.finished_at, event="succeeded", to=State.SUCCEEDED)
+    return [{**run, "started": display.full_time(run["started"]) if run["started"] else "",
+             "ran": _ran(run["started"], run["ended"]),
+             "ended": display.full_time(run["ended"]) if run["ended"] else "",
+             "event": EVENT_LABELS.get(run["event"], run["event"]),
+             "to": display.state_badge(run["to"]) if run["to"] else "",
+             "running": run["ended"] is None and run["attempt"] == job.attempt
+             and job.state == State.RUNNING}
+            for run in runs.values()]
+
+
+def _ran(started: datetime | None, ended: datetime | None) -> str:
+    return display.short_duration((ended - started).total_seconds()) if started and ended else ""

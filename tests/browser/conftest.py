@@ -19,6 +19,8 @@ from tests.conftest import IN_CI
 
 CHROMIUM = os.environ.get("IDEM_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("IDEM_CHROMEDRIVER", "/usr/bin/chromedriver")
+#: A laptop's window (the admin must fit it with Django's sidebar open), in CSS pixels.
+LAPTOP = (1440, 900)
 #: The network is closed: no first-run pings, updates, sync or QUIC.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -49,7 +51,7 @@ def browser() -> Iterator[Any]:
     for flag in [*FLAGS, f"--user-data-dir={profile}"]:
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_window_size(1600, 1000)
+    driver.set_window_size(*LAPTOP)
     try:
         yield driver
     finally:

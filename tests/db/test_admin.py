@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from celery_idem.admin import JobAdmin, changelist, display
-from celery_idem.models import Job
+from celery_idem.models import Job, Transition
 from celery_idem.states import State
 from tests.browser.jobs import make_job, populate
 
@@ -39,8 +39,9 @@ def keys(response) -> list[str]:
 
 
 class TestJobList:
-    def test_shows_key_task_state_badge_attempt_worker_and_times(self, viewer):
-        """Each row has the key, task, a state badge with its name in words, and times."""
+    def test_shows_key_task_state_badge_error_attempt_worker_and_update(self, viewer):
+        """Each row has the key, task, a state badge with its name in words (with a
+        failure's type and reason), the attempt, the worker and the last update."""
         jobs = populate()
         response = viewer.get(LIST)
         assert response.status_code == 200
@@ -49,10 +50,24 @@ class TestJobList:
         row = row[:row.index("</tr>")]
         assert "shop.tasks.charge_card" in row
         assert '<span class="idem-state idem-state--failed">Failed</span>' in row
-        assert "celery@payments-2" in row
-        assert "2.4 s" in row and "31 min ago" in row
+        assert ('<span class="idem-error-line" title="CardDeclined: card declined: '
+                'insufficient funds (code 51)">') in row
+        assert '<td class="field-attempt">2</td>' in row
+        assert "celery@payments-2" in row and "30 min ago" in row
         assert "Running, stale claim" in html
         assert len(keys(response)) == len(jobs)
+
+    def test_long_keys_and_names_are_cut_in_the_middle_and_whole_in_their_title(self, viewer):
+        """A 64-character key shows its start and end around an ellipsis; its title, the
+        task's and the namespace's hold them whole; the detail page shows the whole key."""
+        key = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+        job = make_job(key, State.SUCCEEDED)
+        Job.objects.filter(pk=job.pk).update(namespace="billing.invoices.v2")
+        html = viewer.get(LIST).content.decode()
+        assert f'<span class="idem-short" title="{key}">9f86d081884c7d6…15b0f00a08</span>' in html
+        assert ('<span title="shop.tasks.charge_card">shop.tasks.charge_card</span> · '
+                '<span title="billing.invoices.v2">billing.invoices.v2</span>') in html
+        assert f'<div class="readonly">{key}</div>' in viewer.get(detail(job)).content.decode()
 
     def test_newest_first(self, viewer):
         """The default order is by creation, newest first."""
@@ -177,7 +192,7 @@ class TestJobList:
     def test_not_counted_in_full_and_sorted_only_by_indexed_columns(self):
         """The admin never counts the whole table, and sorts only where an index helps."""
         assert JobAdmin.show_full_result_count is False
-        assert set(JobAdmin.sortable_by) == {"key_column", "task_name", "age_column"}
+        assert set(JobAdmin.sortable_by) == {"key_column"}  # newest first otherwise
 
     def test_no_add_change_or_delete(self, admin_client):
         """Jobs are records: even a superuser cannot add, edit or delete them here."""
@@ -228,6 +243,59 @@ class TestJobDetail:
             display.full_time(t) for t in (job.created_at, job.started_at, job.finished_at)]
         assert {(row["attempt"], row["worker"]) for row in timeline[1:]} == {
             (1, "celery@payments-1")}
+
+    def test_each_attempt_with_its_start_worker_and_end(self, viewer):
+        """One line per attempt: when it started where known (the row's last claim, a
+        take-over's history row), its worker, and the move that ended it with its reason."""
+        job = make_job("invoice/1", State.FAILED, attempts=2, worker="celery@billing-1",
+                       retried=["ConnectionError: ERP API returned 503"])
+        runs = viewer.get(detail(job)).context["attempts"]
+        assert [(r["attempt"], r["worker"], r["event"], r["reason"]) for r in runs] == [
+            (1, "celery@billing-1", "retry scheduled", "ConnectionError: ERP API returned 503"),
+            (2, "celery@billing-1", "failed",
+             "CardDeclined: card declined: insufficient funds (code 51)"),
+        ]
+        assert [r["started"] for r in runs] == ["", display.full_time(job.started_at)]
+        assert [r["ran"] for r in runs] == ["", "2.0 s"]
+        assert "Pending" in runs[0]["to"] and "Failed" in runs[1]["to"]
+
+    def test_a_taken_over_attempt_ends_where_the_next_one_starts(self, viewer):
+        """A stale claim taken over records the new attempt's start and worker; the lost
+        attempt ends there (its worker was the row's, which the take-over replaced)."""
+        job = make_job("export/1", State.RUNNING, stale=True, worker="celery@reports-1")
+        took = timezone.now()
+        Job.objects.filter(pk=job.pk).update(attempt=2, worker="celery@reports-2",
+                                             started_at=took)
+        Transition.objects.create(job=job, event="taken_over", from_state=State.RUNNING,
+                                  to_state=State.RUNNING, attempt=2, worker="celery@reports-2",
+                                  at=took)
+        first, second = viewer.get(detail(job)).context["attempts"]
+        assert (first["worker"], first["event"], first["ended"]) == (
+            "", "taken over", display.full_time(took))
+        assert (second["worker"], second["started"], second["running"]) == (
+            "celery@reports-2", display.full_time(took), True)
+
+    def test_a_success_and_a_running_attempt_read_from_the_row(self, viewer):
+        jobs = populate()
+        [run] = viewer.get(detail(jobs["charged"])).context["attempts"]
+        assert (run["event"], run["ran"], run["worker"]) == (
+            "succeeded", "1.3 s", "celery@payments-1")
+        [run] = viewer.get(detail(jobs["charging"])).context["attempts"]
+        assert run["running"] and run["ended"] == "" and run["started"]
+        assert viewer.get(detail(jobs["queued"])).context["attempts"] == []
+
+    def test_re_sends_and_the_send_time_read_right(self, viewer):
+        """A sent job is "not re-sent", not "0 dispatches"; re-sends are counted; an
+        intent whose message has not left says so."""
+        job = make_job("k", State.PENDING)
+        html = viewer.get(detail(job)).content.decode()
+        assert "Re-sent:" in html and "not re-sent" in html and "Dispatches" not in html
+        assert display.full_time(job.sent_at) in html
+        Job.objects.filter(pk=job.pk).update(dispatch_count=3)
+        assert "re-sent 3 times" in viewer.get(detail(job)).content.decode()
+        Job.objects.filter(pk=job.pk).update(dispatch_count=1, sent_at=None)
+        html = viewer.get(detail(job)).content.decode()
+        assert "re-sent 1 time<" in html and "not sent yet" in html
 
     def test_result_shown_and_arguments_not_stored(self, viewer):
         """A result is pretty-printed; arguments not stored say so instead of looking empty."""
