@@ -3,8 +3,13 @@
 Kinds: ``kill_child`` (SIGKILL a busy pool child), ``kill_worker`` (SIGKILL a whole worker,
 then start a replacement), ``zombie`` (SIGSTOP a pool child running a non-atomic attempt
 until recovery hands its claim to a new attempt, then SIGCONT: its late commit must lose),
-``pg_restart`` (``pg_ctl restart -m fast``), ``redis_restart`` (SIGKILL the broker's Redis,
-which keeps nothing on disk, and start it again: the queue is gone).
+``pg_restart`` (``pg_ctl restart -m fast``; behind PgBouncer, PostgreSQL restarted behind
+it), ``redis_restart`` (SIGKILL the broker's Redis, which keeps nothing on disk, and start it
+again: the queue is gone). Behind PgBouncer (``--database pgbouncer``) also
+``pgbouncer_restart`` (its immediate shutdown, every client and server connection dropped,
+and a start on the same port) and ``pgbouncer_kill`` (its console's ``KILL`` of the job
+database: every connection to it dropped at once, new ones held until ``RESUME`` a second
+or three later).
 """
 
 from __future__ import annotations
@@ -15,15 +20,17 @@ import random
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.services.mariadb import MariaDB
+from tests.services.pgbouncer import PgBouncer
 
 from .fleet import Fleet
-from .servers import Postgres, Redis, wait_for
+from .servers import DATABASE_NAME, Postgres, Redis, wait_for
 
 
 @dataclass
@@ -43,27 +50,57 @@ LATE_TRIES = 12
 BUSY_KINDS = {"kill_child": ("atomic", "charge", "count"), "zombie": ("charge", "count")}
 
 
-def schedule(rng: random.Random, duration: float, redis: bool) -> list[tuple[float, str]]:
-    """(seconds after the start, kind), in order: every kind at least once, more in
-    longer runs, at random moments between 10% and 90% of the publishing window."""
+#: SIGKILLs of whole workers among those ``--kills`` asks for (the rest: pool children).
+WORKER_KILLS = 1 / 5
+
+
+def fault_counts(duration: float, redis: bool, pooler: bool = False,
+                 at_least: dict[str, int] | None = None) -> dict[str, int]:
+    """How many faults of each kind a run of ``duration`` seconds plans: every kind at
+    least once, more in longer runs, and at least ``at_least`` of the kinds it names."""
     counts = {"kill_child": max(3, int(duration // 8)), "kill_worker": max(2, int(duration // 25)),
               "zombie": max(1, int(duration // 60)), "pg_restart": max(1, int(duration // 90))}
     if redis:
         counts["redis_restart"] = max(1, int(duration // 90))
+    if pooler:
+        counts["pgbouncer_restart"] = max(1, int(duration // 90))
+        counts["pgbouncer_kill"] = max(1, int(duration // 90))
+    for kind, n in (at_least or {}).items():
+        counts[kind] = max(counts.get(kind, 0), n)
+    return counts
+
+
+def kills(n: int) -> dict[str, int]:
+    """At least ``n`` SIGKILLs, as fault counts: one in five of a whole worker."""
+    workers = int(n * WORKER_KILLS)
+    return {"kill_worker": workers, "kill_child": n - workers}
+
+
+def schedule(rng: random.Random, duration: float,
+             counts: dict[str, int]) -> list[tuple[float, str]]:
+    """(seconds after the start, kind), in order: ``counts`` of each kind, at random
+    moments between 10% and 90% of the publishing window."""
     plan = [(rng.uniform(0.1, 0.9) * duration, kind)
             for kind, n in counts.items() for _ in range(n)]
     return sorted(plan)
 
 
 class Injector(threading.Thread):
-    """Runs the schedule; ``faults`` is the log of what struck (and ``errors``)."""
+    """Runs the schedule; ``faults`` is the log of what struck (and ``errors``).
+
+    ``required``: how many of each kind must strike (default: one of each kind planned);
+    a kind short of it after the plan strikes again until it is not (``shortfalls``)."""
 
     def __init__(self, plan: list[tuple[float, str]], rng: random.Random, fleet: Fleet,
                  postgres: Postgres | MariaDB, redis: Redis | None, folder: Path, lease: float,
                  queue: str, canaries: Callable[[], list[tuple[str, list[str]]]],
-                 target: Callable[[str], str]) -> None:
+                 target: Callable[[str], str], pooler: PgBouncer | None = None,
+                 required: dict[str, int] | None = None) -> None:
         super().__init__(name="chaos-faults", daemon=True)
         self.plan = plan
+        self.required = {kind: 1 for _, kind in plan}
+        self.required.update(required or {})
+        self.pooler = pooler
         self.rng = rng
         self.fleet = fleet
         self.postgres = postgres
@@ -84,12 +121,19 @@ class Injector(threading.Thread):
             if self.stopping.wait(max(0.0, start + offset - time.monotonic())):
                 return
             self._strike(kind, TRIES)
-        # A kind that found no target at any of its moments (every child idle, e.g. while
-        # the workers reconnect after a broker restart and recovery has yet to re-send
-        # what they dropped) tries again after the plan: every kind must strike once.
-        for kind in sorted(set(self.skipped) - {fault.kind for fault in self.faults}):
-            if not self.stopping.is_set():
-                self._strike(kind, LATE_TRIES, late=True)
+        # A kind that found no target at enough of its moments (every child idle, e.g.
+        # while the workers reconnect after a broker restart and recovery has yet to
+        # re-send what they dropped) tries again after the plan: every kind must strike
+        # as often as required.
+        for kind, short in sorted(self.shortfalls().items()):
+            for _ in range(short[1] - short[0]):
+                if not self.stopping.is_set():
+                    self._strike(kind, LATE_TRIES, late=True)
+
+    def shortfalls(self) -> dict[str, tuple[int, int]]:
+        """The kinds that struck fewer times than required: (struck, required)."""
+        struck = Counter(fault.kind for fault in self.faults)
+        return {kind: (struck[kind], n) for kind, n in self.required.items() if struck[kind] < n}
 
     def _strike(self, kind: str, tries: int, late: bool = False) -> None:
         try:
@@ -199,6 +243,24 @@ class Injector(threading.Thread):
         at = time.time()
         self.postgres.restart()
         return Fault("pg_restart", at, [], {"down_for": round(time.time() - at, 1)})
+
+    def pgbouncer_restart(self) -> Fault:
+        assert self.pooler is not None
+        at = time.time()
+        self.pooler.restart()
+        return Fault("pgbouncer_restart", at, [], {"down_for": round(time.time() - at, 1)})
+
+    def pgbouncer_kill(self) -> Fault:
+        """KILL the job database on PgBouncer's console, RESUME it a moment later."""
+        assert self.pooler is not None
+        at = time.time()
+        self.pooler.admin(f"KILL {DATABASE_NAME}")
+        try:
+            # How long the database stays unreachable: the fault's own length.
+            self.stopping.wait(self.rng.uniform(1, 3))
+        finally:
+            self.pooler.admin(f"RESUME {DATABASE_NAME}")
+        return Fault("pgbouncer_kill", at, [], {"paused_for": round(time.time() - at, 1)})
 
     def redis_restart(self) -> Fault:
         import redis as redis_client
