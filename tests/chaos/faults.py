@@ -246,13 +246,16 @@ class Injector(threading.Thread):
 
     def pgbouncer_restart(self) -> Fault:
         assert self.pooler is not None
+        cut = self._pooled()
         at = time.time()
         self.pooler.restart()
-        return Fault("pgbouncer_restart", at, [], {"down_for": round(time.time() - at, 1)})
+        return Fault("pgbouncer_restart", at, [],
+                     {**cut, "down_for": round(time.time() - at, 1)})
 
     def pgbouncer_kill(self) -> Fault:
         """KILL the job database on PgBouncer's console, RESUME it a moment later."""
         assert self.pooler is not None
+        cut = self._pooled()
         at = time.time()
         self.pooler.admin(f"KILL {DATABASE_NAME}")
         try:
@@ -260,7 +263,17 @@ class Injector(threading.Thread):
             self.stopping.wait(self.rng.uniform(1, 3))
         finally:
             self.pooler.admin(f"RESUME {DATABASE_NAME}")
-        return Fault("pgbouncer_kill", at, [], {"paused_for": round(time.time() - at, 1)})
+        return Fault("pgbouncer_kill", at, [], {**cut, "paused_for": round(time.time() - at, 1)})
+
+    def _pooled(self) -> dict[str, int]:
+        """What a fault of the pooler is about to cut: the client connections to the job
+        database, and the transactions in flight (server sessions linked to a client)."""
+        assert self.pooler is not None
+        clients = self.pooler.admin("SHOW CLIENTS")
+        servers = self.pooler.admin("SHOW SERVERS")
+        return {"clients": sum(c["database"] == DATABASE_NAME for c in clients),
+                "transactions": sum(s["database"] == DATABASE_NAME and bool(s["link"])
+                                    for s in servers)}
 
     def redis_restart(self) -> Fault:
         import redis as redis_client

@@ -53,7 +53,7 @@ def machine(database: Postgres | MariaDB, pooler: PgBouncer | None,
                        f"{platform.release()}",
             "load average at the end": " ".join(f"{n:.1f}" for n in os.getloadavg()),
             "python": platform.python_version(),
-            "packages": {name: v for name, v in packages.items() if v},
+            "Python packages": {name: v for name, v in packages.items() if v},
             "servers": servers}
 
 
@@ -78,7 +78,8 @@ def write(out: Path, ok: bool, title: dict[str, Any], checks: list[Check],
     machine_rows = {"machine": versions["machine"],
                     "load average at the end": versions["load average at the end"],
                     "python": versions["python"],
-                    "packages": ", ".join(f"{k} {v}" for k, v in versions["packages"].items()),
+                    "Python packages": ", ".join(f"{k} {v}" for k, v in
+                                                 versions["Python packages"].items()),
                     **versions["servers"]}
     text = [f"# Chaos run: {'every check passed' if ok else 'FAILED'}", "",
             markdown(title, checks, faults), "", "| machine | |", "| --- | --- |",
