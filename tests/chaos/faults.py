@@ -190,6 +190,9 @@ class Injector(threading.Thread):
             os.kill(picked[0], sig)
         except ProcessLookupError:
             return None
+        # Until it is dead or stopped: a fault right after must not pick it again (a
+        # second SIGKILL of one child would be counted as two).
+        wait_for(lambda: not alive(picked[0]), 30, f"pid {picked[0]} to take {sig.name}", 0.01)
         return picked
 
     # -- the faults --------------------------------------------------------------------
