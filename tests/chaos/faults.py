@@ -39,6 +39,13 @@ class Fault:
     at: float                     # time.time() when it struck
     pids: list[int] = field(default_factory=list)  # the processes it hit; empty: all
     detail: dict[str, Any] = field(default_factory=dict)
+    #: time.time() when the job database answered a new client again (a fault of the
+    #: database or its pooler); None: the fault is a moment.
+    until: float | None = None
+
+    @property
+    def end(self) -> float:
+        return self.at if self.until is None else self.until
 
 
 #: How often a fault looks for its target (each look waits up to 10 s for a busy child),
@@ -245,15 +252,15 @@ class Injector(threading.Thread):
     def pg_restart(self) -> Fault:
         at = time.time()
         self.postgres.restart()
-        return Fault("pg_restart", at, [], {"down_for": round(time.time() - at, 1)})
+        return self._outage("pg_restart", at, {"down_for": round(time.time() - at, 1)})
 
     def pgbouncer_restart(self) -> Fault:
         assert self.pooler is not None
         cut = self._pooled()
         at = time.time()
         self.pooler.restart()
-        return Fault("pgbouncer_restart", at, [],
-                     {**cut, "down_for": round(time.time() - at, 1)})
+        return self._outage("pgbouncer_restart", at,
+                            {**cut, "down_for": round(time.time() - at, 1)})
 
     def pgbouncer_kill(self) -> Fault:
         """KILL the job database on PgBouncer's console, RESUME it a moment later."""
@@ -266,7 +273,28 @@ class Injector(threading.Thread):
             self.stopping.wait(self.rng.uniform(1, 3))
         finally:
             self.pooler.admin(f"RESUME {DATABASE_NAME}")
-        return Fault("pgbouncer_kill", at, [], {**cut, "paused_for": round(time.time() - at, 1)})
+        return self._outage("pgbouncer_kill", at,
+                            {**cut, "paused_for": round(time.time() - at, 1)})
+
+    def _outage(self, kind: str, at: float, detail: dict[str, Any]) -> Fault:
+        """The fault of the job database that struck at ``at``, lasting until a new client
+        gets an answer through the workers' path again: behind PgBouncer that may be
+        well after PostgreSQL is back, since PgBouncer refuses every login for
+        ``server_login_retry`` (15 s) after one failed while PostgreSQL restarted."""
+        from django.db import connection
+
+        def answers() -> bool:
+            connection.close()  # this thread's own: a new client, as a worker's would be
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+            except Exception:
+                return False
+            return True
+
+        wait_for(answers, 180, f"the job database to answer after {kind}", 0.1)
+        until = time.time()
+        return Fault(kind, at, [], {**detail, "unreachable_for": round(until - at, 1)}, until)
 
     def _pooled(self) -> dict[str, int]:
         """What a fault of the pooler is about to cut: the client connections to the job
