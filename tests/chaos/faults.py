@@ -70,8 +70,10 @@ def fault_counts(duration: float, redis: bool, pooler: bool = False,
     if redis:
         counts["redis_restart"] = max(1, int(duration // 90))
     if pooler:
-        counts["pgbouncer_restart"] = max(1, int(duration // 90))
-        counts["pgbouncer_kill"] = max(1, int(duration // 90))
+        # Rarer: behind PgBouncer each may keep the database unreachable for 15 s
+        # (server_login_retry), and so does every PostgreSQL restart.
+        counts["pgbouncer_restart"] = max(1, int(duration // 180))
+        counts["pgbouncer_kill"] = max(1, int(duration // 180))
     for kind, n in (at_least or {}).items():
         counts[kind] = max(counts.get(kind, 0), n)
     return counts
@@ -335,6 +337,6 @@ def alive(pid: int) -> bool:
     """Running or sleeping: not dead and waiting to be reaped (nor stopped)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # gone (ESRCH: mid-read)
         return False
     return state not in ("Z", "X", "T")

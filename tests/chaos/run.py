@@ -109,8 +109,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         # re-sends them (what broker durability gives up; check celery_idem.W008).
         parser.error("--durability broker needs --broker rabbitmq")
     if args.broker_losses and args.broker != "redis":
-        parser.error("--broker-losses needs --broker redis (RabbitMQ is shared, never "
-                     "restarted)")
+        parser.error("a broker loss (--broker-losses, --release) needs --broker redis "
+                     "(RabbitMQ is shared, never restarted)")
     return args
 
 
