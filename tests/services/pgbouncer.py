@@ -18,8 +18,10 @@ Used by the test runner for the ``pgbouncer+redis`` tier, by hand as a wrapper::
     python -m tests.services.pgbouncer -- python -m pytest tests/integration/test_duplicates.py
 
 which starts one, runs the command with ``IDEM_PG_PORT`` pointing at it and
-``IDEM_PGBOUNCER=1`` (django_app/settings.py), and stops it; and by tests through
-``admin()`` (its console: ``SHOW POOLS``, ``KILL``).
+``IDEM_PGBOUNCER=1`` (django_app/settings.py), and stops it; by tests through
+``admin()`` (its console: ``SHOW POOLS``, ``KILL``); and by the chaos suite
+(tests/chaos/run.py ``--database pgbouncer``), in front of its own PostgreSQL cluster,
+restarted on its port as a fault (``PgBouncer.restart``).
 """
 
 from __future__ import annotations
