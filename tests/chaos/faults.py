@@ -9,7 +9,8 @@ again: the queue is gone). Behind PgBouncer (``--database pgbouncer``) also
 ``pgbouncer_restart`` (its immediate shutdown, every client and server connection dropped,
 and a start on the same port) and ``pgbouncer_kill`` (its console's ``KILL`` of the job
 database: every connection to it dropped at once, new ones held until ``RESUME`` a second
-or three later).
+or three later). Each fault of the database or its pooler lasts until a new client gets an
+answer again (``Fault.until``), which the checks use to match repeats to it.
 """
 
 from __future__ import annotations
@@ -281,8 +282,9 @@ class Injector(threading.Thread):
     def _outage(self, kind: str, at: float, detail: dict[str, Any]) -> Fault:
         """The fault of the job database that struck at ``at``, lasting until a new client
         gets an answer through the workers' path again: behind PgBouncer that may be
-        well after PostgreSQL is back, since PgBouncer refuses every login for
-        ``server_login_retry`` (15 s) after one failed while PostgreSQL restarted."""
+        well after PostgreSQL is back or the database resumed, since PgBouncer (1.18)
+        opens no server connection for ``server_login_retry`` (15 s) after one failed or
+        was killed."""
         from django.db import connection
 
         def answers() -> bool:
