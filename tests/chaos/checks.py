@@ -25,12 +25,15 @@ class Check:
 
 
 def _execution_explained(run: dict[str, Any], next_start: float, faults: list[Fault]) -> str:
-    """The kind of a fault that hit this execution while it ran ('' if none did): it
-    struck after the execution started and before the key's next execution started, and
-    it hit the execution's process (a kill or a freeze) or every process (a restart)."""
+    """The kind of a fault that hit this execution while it ran ('' if none did): it hit
+    the execution's process (a kill or a freeze) after the execution started and before
+    the key's next execution started; or it hit every process (a restart), and the time
+    it lasted (until the database answered again) overlaps that span: an execution that
+    started while the database was going down may not reach it for its commit."""
     # A fault aimed at this very process explains it better than a restart of a server.
     for fault in sorted(faults, key=lambda f: not f.pids):
-        if run["t"] <= fault.at <= next_start and (not fault.pids or run["pid"] in fault.pids):
+        if run["t"] <= fault.end and fault.at <= next_start and (
+                not fault.pids or run["pid"] in fault.pids):
             return fault.kind
     return ""
 

@@ -1,5 +1,6 @@
 """The chaos suite's own servers: a PostgreSQL cluster and a Redis, on ports of their own,
-so that restarting them touches nothing shared. Each runs in its own process group."""
+so that restarting them touches nothing shared. Each runs in its own process group. (Its
+MariaDB and PgBouncer are the test tiers' own: tests/services/.)"""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import time
 from pathlib import Path
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
+#: The job database on the run's own server.
+DATABASE_NAME = "chaos"
 
 
 def free_port(start: int) -> int:

@@ -1,6 +1,6 @@
 """The chaos suite, small (CI): tests/chaos/run.py on this tier's broker and kind of
-database, in a process of its own (it starts its own PostgreSQL cluster or mariadbd and,
-on Redis, its own Redis). It must
+database, in a process of its own (it starts its own PostgreSQL cluster or mariadbd, behind
+a PgBouncer of its own on the PgBouncer tier, and, on Redis, its own Redis). It must
 exit 0: nothing lost, nothing doubled, every repeat of the non-idempotent effect matched
 to a fault, every history a path through the move table. Its report is printed."""
 
@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from tests.conftest import require_service
-from tests.services import mariadb
+from tests.services import mariadb, pgbouncer
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Small enough for CI (about two minutes per broker on 2 cores), large enough that every
@@ -33,6 +33,12 @@ def _database() -> str:
             pytest.fail("the chaos suite on MariaDB needs mariadb-install-db and mariadbd "
                         "(Debian's mariadb-server)")
         return "mariadb"
+    if settings.PGBOUNCER:
+        if urlparse(settings.CELERY_BROKER_URL).scheme != "redis":
+            pytest.skip("behind PgBouncer the chaos suite runs on the PgBouncer + Redis tier")
+        if pgbouncer.binary() is None:
+            pytest.fail("the chaos suite behind PgBouncer needs pgbouncer (Debian's package)")
+        return "pgbouncer"
     return "postgres"
 
 

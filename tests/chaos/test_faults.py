@@ -1,6 +1,6 @@
-"""The chaos suite's fault plan: every kind of fault must strike once, so one that found
-no target at its moments tries again after the plan, on a job published for it when every
-child is idle (tests/chaos/faults.py)."""
+"""The chaos suite's fault plan: every kind of fault must strike once (or as often as the
+run asks), so one that found no target at its moments tries again after the plan, on a
+job published for it when every child is idle (tests/chaos/faults.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ class IdleFleet(Injector):
     """An injector whose zombie finds no busy child for its first ``idle`` looks (every
     worker idle), then one; nothing else is touched."""
 
-    def __init__(self, idle: int) -> None:
+    def __init__(self, idle: int, required: int = 1) -> None:
         super().__init__([(0.0, "zombie")], random.Random(1), None, None, None, None,  # type: ignore[arg-type]
-                         1.0, "q", lambda: [], self.publish_target)
+                         1.0, "q", lambda: [], self.publish_target,
+                         required={"zombie": required})
         self.idle = idle
         self.looks = 0
         self.targets: list[tuple[int, str]] = []  # (looks so far, kind) per target published
@@ -50,3 +51,26 @@ def test_a_fault_that_never_finds_a_target_is_left_missing():
     assert injector.looks == faults.TRIES + faults.LATE_TRIES
     assert [looks for looks, _ in injector.targets] == list(
         range(faults.TRIES, faults.TRIES + faults.LATE_TRIES))
+
+
+def test_a_kind_short_of_its_required_count_strikes_again_until_it_is_not():
+    injector = IdleFleet(idle=faults.TRIES, required=3)
+    injector.run()
+    assert [f.kind for f in injector.faults] == ["zombie"] * 3
+    assert injector.shortfalls() == {}
+    assert injector.looks == faults.TRIES + 3  # the plan's moment found none, then 3 late
+
+
+def test_options_raise_the_planned_counts_and_never_lower_them():
+    plain = faults.fault_counts(60, redis=True)
+    assert (plain["kill_child"], plain["kill_worker"], plain["zombie"]) == (7, 2, 1)
+    assert "pgbouncer_kill" not in plain
+    counts = faults.fault_counts(60, redis=True, pooler=True,
+                                 at_least={**faults.kills(50), "zombie": 0, "redis_restart": 2})
+    assert (counts["kill_child"], counts["kill_worker"]) == (40, 10)  # 50 SIGKILLs
+    assert counts["zombie"] == 1 and counts["redis_restart"] == 2
+    assert counts["pgbouncer_restart"] == counts["pgbouncer_kill"] == 1
+    plan = faults.schedule(random.Random(1), 60, counts)
+    assert sorted(kind for _, kind in plan) == sorted(
+        kind for kind, n in counts.items() for _ in range(n))
+    assert all(6 <= at <= 54 for at, _ in plan)

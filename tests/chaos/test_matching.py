@@ -50,3 +50,19 @@ def test_two_executions_of_one_attempt_are_never_explained(tmp_path):
     _, _, unexplained, _ = counter_repeats(path, ["twice"], {"twice": 1},
                                            [Fault("pg_restart", 100.5)])
     assert unexplained and "2 executions of the committed attempt" in unexplained[0]
+
+
+def test_an_outage_explains_the_executions_alive_while_it_lasted(tmp_path):
+    """Behind PgBouncer a PostgreSQL restart leaves the database unreachable for as long
+    as PgBouncer refuses logins (``server_login_retry``): an execution that started just
+    after the restart began may not reach it for its commit within its lease, and its
+    repeat is that fault's. One that started once the database answered again is not."""
+    path = _runs(tmp_path / "counter.log",
+                 ("during", 1, 10, 101.0), ("during", 2, 11, 116.0),
+                 ("after", 1, 20, 115.5), ("after", 2, 21, 130.0))
+    outage = Fault("pg_restart", 100.0, until=115.0)
+    repeats, by_kind, unexplained, _ = counter_repeats(
+        path, ["during", "after"], {"during": 2, "after": 2}, [outage])
+    assert repeats == 2
+    assert by_kind == {"pg_restart": 1}
+    assert [u.split(":")[0] for u in unexplained] == ["after"]

@@ -18,8 +18,10 @@ Used by the test runner for the ``pgbouncer+redis`` tier, by hand as a wrapper::
     python -m tests.services.pgbouncer -- python -m pytest tests/integration/test_duplicates.py
 
 which starts one, runs the command with ``IDEM_PG_PORT`` pointing at it and
-``IDEM_PGBOUNCER=1`` (django_app/settings.py), and stops it; and by tests through
-``admin()`` (its console: ``SHOW POOLS``, ``KILL``).
+``IDEM_PGBOUNCER=1`` (django_app/settings.py), and stops it; by tests through
+``admin()`` (its console: ``SHOW POOLS``, ``KILL``); and by the chaos suite
+(tests/chaos/run.py ``--database pgbouncer``), in front of its own PostgreSQL cluster,
+restarted on its port as a fault (``PgBouncer.restart``).
 """
 
 from __future__ import annotations
@@ -96,20 +98,32 @@ class PgBouncer:
     user: str = "postgres"
     upstream_port: int = 5432
     pool_size: int = POOL_SIZE
+    #: The command that started it (``restart`` runs it again).
+    args: list[str] = field(default_factory=list)
     _stopped: bool = field(default=False, repr=False)
 
     def log(self) -> str:
-        path = self.dir / "pgbouncer.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return _log(self.dir)
 
     def admin(self, command: str) -> list[dict[str, Any]]:
         return admin(self.port, command, self.user)
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Immediate shutdown, as ``stop``: every client and server connection dropped,
+        transactions in flight cut; then the same configuration started again on the
+        same port (connections are refused in between)."""
+        self._shut_down()
+        self.process = _launch(self.args, self.dir, self.port, timeout)
 
     def stop(self) -> None:
         """Stop at once (SIGTERM: PgBouncer's immediate shutdown) and remove its files."""
         if self._stopped:
             return
         self._stopped = True
+        self._shut_down()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _shut_down(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -117,22 +131,21 @@ class PgBouncer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=15)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def start(upstream_host: str = "127.0.0.1", upstream_port: int = 5432,
           pool_size: int = POOL_SIZE, user: str = "postgres",
           ignore_startup_parameters: str = "", pool_mode: str = "transaction",
-          timeout: float = 30.0) -> PgBouncer:
-    """Start a pgbouncer in transaction mode on a free port; raise PgBouncerError if it is
-    not installed or does not listen within ``timeout`` seconds.
+          timeout: float = 30.0, port: int | None = None) -> PgBouncer:
+    """Start a pgbouncer in transaction mode on ``port`` (default: a free one); raise
+    PgBouncerError if it is not installed or does not listen within ``timeout`` seconds.
     ``ignore_startup_parameters``: PgBouncer's setting of that name (e.g. ``options``, as
     some deployments set it: such a parameter is then dropped silently, not refused)."""
     executable = binary()
     if executable is None:
         raise PgBouncerError("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
     workdir = Path(tempfile.mkdtemp(prefix="idem-pgbouncer-"))
-    port = free_port()
+    port = port or free_port()
     (workdir / "pgbouncer.ini").write_text(CONFIG.format(
         upstream_host=upstream_host, upstream_port=upstream_port, port=port, dir=workdir,
         user=user, pool_size=pool_size, pool_mode=pool_mode,
@@ -150,29 +163,44 @@ def start(upstream_host: str = "127.0.0.1", upstream_port: int = 5432,
     # -q: it logs to its logfile only (to stderr as well otherwise, and a pipe nobody
     # reads would fill and block it).
     args += ["-q", str(workdir / "pgbouncer.ini")]
-    with (workdir / "stderr.txt").open("wb") as stderr:
+    try:
+        process = _launch(args, workdir, port, timeout)
+    except PgBouncerError:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return PgBouncer(port=port, dir=workdir, process=process, user=user,
+                     upstream_port=upstream_port, pool_size=pool_size, args=args)
+
+
+def _launch(args: list[str], workdir: Path, port: int,
+            timeout: float) -> subprocess.Popen[bytes]:
+    """Run ``args`` and wait until it listens on ``port``; PgBouncerError (the process
+    killed) if it exits first or does not listen within ``timeout`` seconds."""
+    with (workdir / "stderr.txt").open("ab") as stderr:
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr,
                                    start_new_session=True)
-    bouncer = PgBouncer(port=port, dir=workdir, process=process, user=user,
-                        upstream_port=upstream_port, pool_size=pool_size)
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
             stderr = (workdir / "stderr.txt").read_text(errors="replace")
-            log = bouncer.log()
-            bouncer.stop()
             raise PgBouncerError(f"pgbouncer exited at start ({process.returncode}):\n"
-                                 f"{stderr}\n{log}")
+                                 f"{stderr}\n{_log(workdir)}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return bouncer
+            return process
         except OSError:
             pass
         if time.monotonic() > deadline:
-            log = bouncer.log()
-            bouncer.stop()
-            raise PgBouncerError(f"pgbouncer did not listen on {port} in {timeout}s:\n{log}")
+            process.kill()
+            process.wait(timeout=15)
+            raise PgBouncerError(f"pgbouncer did not listen on {port} in {timeout}s:\n"
+                                 f"{_log(workdir)}")
         time.sleep(0.05)
+
+
+def _log(workdir: Path) -> str:
+    path = workdir / "pgbouncer.log"
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 @contextmanager
