@@ -91,6 +91,13 @@ def test_the_connection_is_on_the_driver_the_tier_asks_for():
 
 
 @on_mysql
+def test_found_rows_is_the_drivers_constant():
+    from MySQLdb.constants import CLIENT  # mysqlclient, or PyMySQL standing in for it
+
+    assert CLIENT.FOUND_ROWS == checks_mysql.FOUND_ROWS
+
+
+@on_mysql
 def test_gevent_is_e005_on_mysqlclient_and_not_on_pymysql(monkeypatch):
     """mysqlclient waits for a row lock in C: under gevent the greenlet holding the lock
     never resumes (tried: atomic duplicates on -P gevent hit the 50 s lock wait timeout);
