@@ -22,9 +22,12 @@ When a migration changes the schema on purpose, rewrite the snapshots from a fre
 database of each vendor (the servers of tests/tiers.py; ``IDEM_DATABASE`` picks one, as
 for the tests), and commit them with the migration::
 
-    python -m tests.db.schema_snapshot --write                          # SQLite
+    .venv/bin/python -m tests.db.schema_snapshot --write          # SQLite
     IDEM_DATABASE=postgres .venv/bin/python -m tests.db.schema_snapshot --write
     IDEM_DATABASE=mysql .venv/bin/python -m tests.db.schema_snapshot --write
+
+and read the snapshots' diff before committing it: it should show what the migration
+meant to change and nothing else.
 
 Without ``--write`` it prints the differences from the committed snapshot and exits 1 if
 there are any. (``--here`` prints the schema of the configured database itself, as JSON:
