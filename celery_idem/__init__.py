@@ -8,6 +8,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from .batching import batch, publish_many
+from .declaration import task
 from .errors import (
     ArgumentsNotJSON,
     ClaimError,
@@ -28,10 +29,10 @@ from .errors import (
     StepNotJSON,
     StoredFailure,
 )
+from .idempotent_task import IdempotentTask
 from .installation import check_installed  # noqa: F401 - registers the check
 from .keys import ALL_ARGUMENTS, PER_CALL
 from .leader import LeaderTask
-from .task import IdempotentTask
 
 try:
     __version__ = version("celery-idem")
@@ -39,7 +40,8 @@ except PackageNotFoundError:  # running from a checkout that is not installed
     __version__ = "0.0.0"
 
 __all__ = [
-    # the task base class and its key sources
+    # the short declaration, the task base class and its key sources
+    "task",
     "IdempotentTask",
     "ALL_ARGUMENTS",
     "PER_CALL",

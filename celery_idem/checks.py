@@ -35,7 +35,7 @@ _importing = False
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: every idempotent task's declaration; E003: atomic tasks off the default
     database. Imports the project's task modules, as the worker does when it starts."""
-    from .task import IdempotentTask
+    from .idempotent_task import IdempotentTask
 
     tasks, errors = _load_tasks(_celery_app())
     messages: list[checks.CheckMessage] = [

@@ -6,8 +6,8 @@ between its rows without a trace. So a history
 is legal when each row is a move the table allows, and each row starts from a state the
 previous row ended in, or one reachable from it through unrecorded moves; the job's
 current state is reachable from the last row the same way. A row of a move that no
-longer records (the happy path did before migration 0006) is judged like any other:
-histories written by earlier versions stay legal. The chaos suite, the
+longer records is judged like any other: histories written by earlier versions stay
+legal. The chaos suite, the
 model-based test and the demo check every history with ``path_errors``.
 """
 

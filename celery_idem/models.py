@@ -143,7 +143,7 @@ class Job(models.Model):
             models.Index(fields=["-created_at"], name="celery_idem_job_created_idx"),
             models.Index(fields=["task_name", "-created_at"], name="celery_idem_job_task_idx"),
             # (On PostgreSQL a hash index, whose entries cost a claim and a commit less
-            # WAL: celery_idem/schema.py HASH_INDEXES, migration 0012.)
+            # WAL: celery_idem/schema.py HASH_INDEXES.)
             models.Index(fields=["task_id"], name="celery_idem_job_task_id_idx"),
             # A job's children (the admin), only the jobs that have a parent.
             models.Index(fields=["parent"], name="celery_idem_job_parent_idx",

@@ -1,19 +1,17 @@
 """What the migrations do differently per database, in one place.
 
-- PostgreSQL: the job table's fillfactor, so a row's next version stays on its page
-  (migration 0006); the task id in a hash index, whose entries are smaller to log than a
-  B-tree's (0012).
+- PostgreSQL: the job table's fillfactor, so a row's next version stays on its page;
+  the task id in a hash index, whose entries are smaller to log than a B-tree's.
 - MySQL/MariaDB have no partial indexes. Django creates an index with a condition there
   without it; two of those would serve their query badly on their own columns, so they
-  become plain indexes led by the state (0006). Their default collations fold case and
-  ignore trailing spaces, which would make ``Order-1`` and ``order-1`` one key: the key
-  columns compare byte for byte instead (0008).
-- A partial index that would cover every row there (the history's dead-letter index) is
-  not made on MySQL/MariaDB (``AddPartialIndex``).
-- MySQL/MariaDB commit each DDL statement, so a migration that failed half-way leaves
-  part of its work behind, and running it again fails on it ("Duplicate key name"). The
-  ``*IfMissing`` / ``*IfPresent`` operations skip what is already done there; on
-  databases whose DDL is transactional (PostgreSQL, SQLite) they are the plain ones.
+  become plain indexes led by the state. Their default collations fold case and ignore
+  trailing spaces, which would make ``Order-1`` and ``order-1`` one key: the key columns
+  compare byte for byte instead.
+- A partial index that only helps while it stays partial is not made on MySQL/MariaDB
+  (``AddPartialIndex``).
+
+(MySQL/MariaDB also commit each DDL statement: a later migration there that fails
+half-way leaves part of its work behind, and running it again must skip what is done.)
 """
 
 from __future__ import annotations
@@ -51,7 +49,7 @@ BINARY_COLUMNS = (("job", "namespace"), ("job", "key"), ("job", "state"), ("leas
 BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "utf8mb4_bin")
 
 
-#: PostgreSQL: these B-tree indexes become hash indexes (0012), (model, column) each. A
+#: PostgreSQL: these B-tree indexes become hash indexes, (model, column) each. A
 #: claim or a commit is not a HOT update (it changes the state, which the partial indexes
 #: name), so it adds an entry to every index; a hash entry holds a 4-byte hash code where
 #: a B-tree's holds the whole 36-character task id: 73-76 WAL bytes an entry instead of
@@ -73,8 +71,7 @@ def _indexes(schema_editor: Any, table: str) -> dict[str, list[str]]:
 
 
 def lay_out_job_table(apps: Any, schema_editor: Any) -> None:
-    """0006 forwards: the fillfactor (PostgreSQL); the plain state indexes (MySQL), made
-    whatever a try that failed half-way left."""
+    """The fillfactor (PostgreSQL); the plain state indexes (MySQL/MariaDB)."""
     table = apps.get_model("celery_idem", "Job")._meta.db_table
     quote = schema_editor.quote_name
     if schema_editor.connection.vendor == "postgresql":
@@ -83,8 +80,8 @@ def lay_out_job_table(apps: Any, schema_editor: Any) -> None:
 
 
 def plain_state_indexes(apps: Any, schema_editor: Any) -> None:
-    """MySQL/MariaDB: PLAIN_INDEXES as they are now, whatever is there (0006, and 0013,
-    which changed the pending index's columns); a no-op elsewhere."""
+    """MySQL/MariaDB: PLAIN_INDEXES in place of the indexes of those names Django made
+    (without their condition), whatever is there; a no-op elsewhere."""
     table = apps.get_model("celery_idem", "Job")._meta.db_table
     quote = schema_editor.quote_name
     if _is_mysql(schema_editor):
@@ -98,18 +95,9 @@ def plain_state_indexes(apps: Any, schema_editor: Any) -> None:
                                   f"({', '.join(quote(c) for c in columns)})")
 
 
-def undo_job_table_layout(apps: Any, schema_editor: Any) -> None:
-    """0006 backwards: the fillfactor goes; on MySQL, 0006's AddIndex operations drop
-    the plain indexes by name as they unapply."""
-    if schema_editor.connection.vendor == "postgresql":
-        table = apps.get_model("celery_idem", "Job")._meta.db_table
-        schema_editor.execute(f"ALTER TABLE {schema_editor.quote_name(table)} "
-                              "RESET (fillfactor)")
-
-
-def _rebuild_indexes(apps: Any, schema_editor: Any, method: str) -> None:
-    """HASH_INDEXES rebuilt with ``method`` on PostgreSQL, whatever method they have now
-    (so running it again rebuilds the same); a no-op elsewhere."""
+def hash_indexes(apps: Any, schema_editor: Any) -> None:
+    """HASH_INDEXES as hash indexes on PostgreSQL (Django made them B-trees); a no-op
+    elsewhere."""
     if schema_editor.connection.vendor != "postgresql":
         return
     quote = schema_editor.quote_name
@@ -118,21 +106,11 @@ def _rebuild_indexes(apps: Any, schema_editor: Any, method: str) -> None:
         column = model._meta.get_field(field_name).column
         schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
         schema_editor.execute(f"CREATE INDEX {quote(name)} ON {quote(model._meta.db_table)} "
-                              f"USING {method} ({quote(column)})")
-
-
-def hash_indexes(apps: Any, schema_editor: Any) -> None:
-    """0012 forwards: HASH_INDEXES as hash indexes (PostgreSQL)."""
-    _rebuild_indexes(apps, schema_editor, "hash")
-
-
-def btree_indexes(apps: Any, schema_editor: Any) -> None:
-    """0012 backwards: HASH_INDEXES as the B-tree indexes Django made (PostgreSQL)."""
-    _rebuild_indexes(apps, schema_editor, "btree")
+                              f"USING hash ({quote(column)})")
 
 
 def binary_key_columns(apps: Any, schema_editor: Any) -> None:
-    """0008 forwards, MySQL/MariaDB: the identity columns compare byte for byte.
+    """MySQL/MariaDB: the identity columns compare byte for byte; a no-op elsewhere.
     Re-running it sets the same collation again."""
     if not _is_mysql(schema_editor):
         return
@@ -152,68 +130,10 @@ def binary_key_columns(apps: Any, schema_editor: Any) -> None:
             f"{field.db_type(connection)} CHARACTER SET utf8mb4 COLLATE {collation} {null}")
 
 
-# -- operations that can run again where DDL cannot roll back ----------------------------
-
-
-def _rerun_guarded(schema_editor: Any) -> bool:
-    """Whether to look before acting: DDL commits statement by statement here (and the
-    statements are run, not only printed by sqlmigrate)."""
-    return not schema_editor.connection.features.can_rollback_ddl and not \
-        schema_editor.collect_sql
-
-
-def _has(schema_editor: Any, state: Any, app_label: str, model_name: str, name: str) -> bool:
-    table = state.apps.get_model(app_label, model_name)._meta.db_table
-    return name in _indexes(schema_editor, table)
-
-
-class _RerunGuard:
-    """Makes an index or constraint operation re-runnable where DDL cannot roll back: it
-    skips creating what is already there and dropping what is already gone (a migration
-    that failed half-way left it so). ``adds``: the operation creates the object going
-    forwards (and drops it going backwards)."""
-
-    adds: bool
-    model_name: str
-
-    @property
-    def object_name(self) -> str:
-        raise NotImplementedError
-
-    def _done(self, schema_editor: Any, app_label: str, state: Any, creating: bool) -> bool:
-        """Whether the step is done already: the object there (creating) or gone."""
-        return _rerun_guarded(schema_editor) and _has(
-            schema_editor, state, app_label, self.model_name, self.object_name) == creating
-
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                          to_state: Any) -> None:
-        state = to_state if self.adds else from_state
-        if not self._done(schema_editor, app_label, state, creating=self.adds):
-            super().database_forwards(  # type: ignore[misc]
-                app_label, schema_editor, from_state, to_state)
-
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
-        state = from_state if self.adds else to_state
-        if not self._done(schema_editor, app_label, state, creating=not self.adds):
-            super().database_backwards(  # type: ignore[misc]
-                app_label, schema_editor, from_state, to_state)
-
-
-class AddIndexIfMissing(_RerunGuard, migrations.AddIndex):
-    """AddIndex; where DDL cannot roll back, an index of that name already there stays."""
-
-    adds = True
-
-    @property
-    def object_name(self) -> str:
-        return str(self.index.name)
-
-
-class AddPartialIndex(AddIndexIfMissing):
-    """AddIndexIfMissing of a partial index that only helps where it stays partial: not
-    made on MySQL/MariaDB, which would index every row (the history's dead-letter index:
-    there the lookup per job uses the (job, at) index)."""
+class AddPartialIndex(migrations.AddIndex):
+    """AddIndex of a partial index that only helps where it stays partial: not made on
+    MySQL/MariaDB, which would index every row (the expiry, unsent and dead-lettered
+    indexes: there the state-led indexes serve their queries)."""
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
                           to_state: Any) -> None:
@@ -224,50 +144,3 @@ class AddPartialIndex(AddIndexIfMissing):
                            to_state: Any) -> None:
         if not _is_mysql(schema_editor):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
-
-
-class RemoveIndexIfPresent(_RerunGuard, migrations.RemoveIndex):
-    """RemoveIndex; where DDL cannot roll back, an index already gone is not an error."""
-
-    adds = False
-
-    @property
-    def object_name(self) -> str:
-        return str(self.name)
-
-
-class AddConstraintIfMissing(_RerunGuard, migrations.AddConstraint):
-    """AddConstraint; where DDL cannot roll back, a constraint of that name already there
-    stays."""
-
-    adds = True
-
-    @property
-    def object_name(self) -> str:
-        return str(self.constraint.name)
-
-
-class RemoveConstraintIfPresent(_RerunGuard, migrations.RemoveConstraint):
-    """RemoveConstraint; where DDL cannot roll back, one already gone is not an error."""
-
-    adds = False
-
-    @property
-    def object_name(self) -> str:
-        return str(self.name)
-
-
-class AlterForeignKeyIndex(migrations.AlterField):
-    """AlterField of a foreign key's ``db_index``. Unapplied on MySQL/MariaDB it creates
-    the column's index, which may be there already: removing an index that served the
-    foreign key (0006's parent index) makes Django create one of its own first, as
-    InnoDB needs one. An index on exactly that column already there is enough."""
-
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
-        if _rerun_guarded(schema_editor):
-            model = to_state.apps.get_model(app_label, self.model_name)
-            column = model._meta.get_field(self.name).column
-            if [column] in _indexes(schema_editor, model._meta.db_table).values():
-                return
-        super().database_backwards(app_label, schema_editor, from_state, to_state)

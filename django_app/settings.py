@@ -119,7 +119,7 @@ elif DATABASE_KIND == "mysql":
             # COMMITTED is Django's default isolation level there, said out loud because
             # the claim needs it (docs/how-to/mariadb.md).
             "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
-            # The server's default collation (case-insensitive): migration 0008 makes
+            # The server's default collation (case-insensitive): celery_idem's migration makes
             # the key columns byte for byte whatever the database's default.
             "TEST": {"NAME": f"test_{_name}", "CHARSET": "utf8mb4"},
         }

@@ -1,13 +1,14 @@
 """Run the test suite tier by tier: ``python3 tests/run.py`` (what CI runs).
 
-On a fresh machine it first makes ``.venv`` and installs the project with its test
-extras (``--help`` and ``--list`` install nothing). The static checks come first (ruff,
-mypy on the library, ``makemigrations --check`` for the test project and for the demo's
-shop, each counted as one test), then the tiers: each a pytest run with its own
-database, broker, queue and temporary folder (``--list`` shows them). A tier whose
-services are not listening on 127.0.0.1 is skipped, except in CI (``CI=true``), where it
-fails the run. Arguments the runner does not know go to every pytest run, e.g.
-``python3 tests/run.py --tier sqlite -k claim -x``.
+On a fresh machine it first makes ``.venv`` and installs the project with its ``test``
+extra and those of the tiers it runs (``extras``; ``--help`` and ``--list`` install
+nothing): the checks and the unit tests need no C library and no server. The static
+checks come first (ruff, mypy on the library, ``makemigrations --check`` for the test
+project and for the demo's shop, each counted as one test), then the tiers: each a
+pytest run with its own database, broker, queue and temporary folder (``--list`` shows
+them). A tier whose services are not listening on 127.0.0.1 is skipped, except in CI
+(``CI=true``), where it fails the run. Arguments the runner does not know go to every
+pytest run, e.g. ``python3 tests/run.py --tier sqlite -k claim -x``.
 
 The tiers are two lanes run at once (``tests/tiers.py``, ``Tier.beside``), each one tier
 after the other: the unit tests, PostgreSQL + Redis, PostgreSQL + RabbitMQ and the wheel
@@ -66,6 +67,16 @@ def selected(args: argparse.Namespace) -> tuple[bool, list[Tier]]:
     if args.tier:
         return CHECKS_TIER in args.tier, [t for t in TIERS if t.name in args.tier]
     return True, [t for t in TIERS if args.full or not t.full_only]
+
+
+def extras(tiers: list[Tier], checks: bool = False) -> str:
+    """The project's extras ``.venv`` needs to run ``tiers`` (and the checks, which build
+    the docs site): ``test`` and each tier's own (``Tier.extras``; a tier with a venv of
+    its own, ``Tier.stack``, installs into that one)."""
+    own = {extra for tier in tiers if not tier.stack for extra in tier.extras}
+    if checks:
+        own.add("docs")
+    return ",".join(["test", *sorted(own)])
 
 
 def list_tiers() -> None:
@@ -220,8 +231,8 @@ def main(argv: list[str]) -> int:
     if args.list:
         list_tiers()
         return 0
-    _bootstrap().ensure_venv("test,bench,beat,docs")
     with_checks, tiers = selected(args)
+    _bootstrap().ensure_venv(extras(tiers, with_checks))
     env = dict(os.environ)
     if args.full:
         env["IDEM_FULL_MATRIX"] = "1"

@@ -37,6 +37,10 @@ class Tier:
     full_paths: tuple[str, ...] = ()
     #: A server the tier starts for itself in front of the shared ones ("pgbouncer").
     server: str | None = None
+    #: The project's extras the tier needs besides ``test`` (tests/run.py installs those
+    #: of the tiers it runs into ``.venv``): ``test`` alone builds nothing, so the unit
+    #: tests and the checks install on a machine without a C library or a server.
+    extras: tuple[str, ...] = ()
     #: Runs in the second lane, beside the first one's tiers (tests/run.py): it meets
     #: none of them on a Redis database (its own), a PostgreSQL or MariaDB database or a
     #: queue (each tier's own: ``run.tier_environment``) or a server port (those it
@@ -69,18 +73,19 @@ TIERS = [
          "the outbox, batches and the stored message (the demo small among them; the "
          "worker tests that run the same code on every stack with --full)",
          ("tests/db", "tests/browser", *STACK_WORKER_TESTS), {"IDEM_DATABASE": "sqlite"},
-         full_paths=SAME_ON_EVERY_STACK, beside=True),
+         full_paths=SAME_ON_EVERY_STACK, beside=True, extras=("beat", "docs")),
     Tier("postgres+redis", "PostgreSQL + Redis: database tests (native SQL and portable "
          "backends), real workers on every pool, every benchmark suite at a tiny size, the "
          "chaos suite small",
          ("tests/db", *STACK_WORKER_TESTS, *SAME_ON_EVERY_STACK, "tests/bench", "tests/chaos"),
          {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
-         ("postgres", "redis", "rabbitmq")),
+         ("postgres", "redis", "rabbitmq"), extras=("beat", "bench")),
     Tier("postgres+rabbitmq", "PostgreSQL + RabbitMQ: the worker tests whose outcome rests "
          "on the broker (marked `pools` or `delivery`; all of them with --full), the chaos "
          "suite small", ("tests/integration", "tests/chaos"),
          {**POSTGRES, "IDEM_BROKER": RABBITMQ, "IDEM_RESULTS": f"{REDIS}/1"},
-         ("postgres", "rabbitmq", "redis"), markers="pools or delivery or not worker"),
+         ("postgres", "rabbitmq", "redis"), markers="pools or delivery or not worker",
+         extras=("beat",)),
     Tier("mariadb+redis", "MariaDB (Django's mysql backend, mysqlclient) + Redis: the "
          "MySQL backend and the portable one, the migrations, the admin (in a browser too), "
          "the worker tests of duplicates, crashes, recovery, the outbox, batches and the "
@@ -91,7 +96,7 @@ TIERS = [
          # Redis databases of its own: it runs beside the PostgreSQL tiers.
          {**MARIADB, "IDEM_MYSQL_DRIVER": "mysqlclient", "IDEM_BROKER": f"{REDIS}/2",
           "IDEM_RESULTS": f"{REDIS}/3"}, ("mariadb", "redis"),
-         full_paths=SAME_ON_EVERY_STACK, beside=True),
+         full_paths=SAME_ON_EVERY_STACK, beside=True, extras=("mysql", "beat", "docs")),
     Tier("mariadb-pymysql", "MariaDB on the other driver, PyMySQL: the backend contract, "
          "the claims and their races",
          ("tests/db/test_backend_contract.py", "tests/db/test_claims.py",
@@ -118,7 +123,7 @@ TIERS = [
                  "reaper_beat", "reaper_hooks", "envelope_recovery", "handback_paths")]
                + ["tests/chaos/test_chaos.py"]),
          {**POSTGRES, "IDEM_BROKER": f"{REDIS}/8", "IDEM_RESULTS": f"{REDIS}/9"},
-         ("postgres", "redis"), server="pgbouncer", beside=True,
+         ("postgres", "redis"), server="pgbouncer", beside=True, extras=("beat",),
          full_paths=tuple(f"tests/integration/test_{name}.py" for name in (
              "envelope", "call_paths", "publish_paths", "beat"))),
     Tier("celery-compat", "Celery's own integration suite (test_tasks.py, test_canvas.py "

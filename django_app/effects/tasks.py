@@ -10,6 +10,7 @@ from pathlib import Path
 from celery import shared_task
 from django.db.models import F
 
+import celery_idem
 from celery_idem import ALL_ARGUMENTS, PER_CALL, IdempotentTask, LeaderTask
 
 from ..fakes.client import create_charge
@@ -28,6 +29,14 @@ def ship_order(self, order_id, hold=0.0):
     if hold:
         time.sleep(hold)
     return {"shipped": order_id, "attempt": self.attempt}
+
+
+@celery_idem.task(key="pack/{order_id}")
+def pack_order(order_id):
+    """Declared the short way: not bound (no ``self``), the key a template."""
+    Effect.objects.create(key=f"pack/{order_id}", value={"order_id": order_id},
+                          pid=os.getpid())
+    return {"packed": order_id}
 
 
 @shared_task(base=IdempotentTask, bind=True, atomic=True,

@@ -10,6 +10,7 @@ from django.core.mail import EmailMessage
 from django.db import transaction
 from django.db.models import F
 
+import celery_idem
 from celery_idem import IdempotentTask, LeaderTask
 
 from .models import OcrRun, Order, Product, SearchEntry, Shipment, StockDeduction, TenantReport
@@ -64,8 +65,8 @@ def deduct_stock(self, order_id):
     return {"deducted": order.quantity}
 
 
-@shared_task(base=IdempotentTask, bind=True, idempotency_key="ship/{order_id}")
-def ship_order(self, order_id):
+@celery_idem.task(key="ship/{order_id}")  # short for shared_task(base=IdempotentTask, ...)
+def ship_order(order_id):
     """Naturally idempotent: an upsert by order leaves one shipment however often it runs."""
     order = Order.objects.get(pk=order_id)
     _slow_service()

@@ -119,7 +119,7 @@ def test_claims_and_commits_do_not_wait_for_the_flush_per_transaction(settings, 
     if way == "statements":
         monkeypatch.setattr(routines, "calls", lambda connection: {})
     else:
-        assert routines.calls(connections["default"]), "migration 0014 installs them"
+        assert routines.calls(connections["default"]), "the initial migration installs them"
     server = _synchronous_commit(connections["default"])
     assert server != "off", "this test needs a server that flushes by default"
     claim(5).succeed(5)

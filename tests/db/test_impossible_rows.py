@@ -53,9 +53,10 @@ def reap_far_ahead() -> sweep.Report:
     pytest.param({"dispatch_count": -1}, id="negative-dispatch-count"),
 ])
 def test_the_database_refuses_an_edit_its_constraints_forbid(backend, values):
-    """state is checked against the states the code knows (byte for byte, on MySQL too:
-    migration 0008), counters are unsigned: the edit fails with IntegrityError (MySQL in
-    strict mode: DataError, out of range) and the row is as it was."""
+    """state is checked against the states the code knows (byte for byte, on MySQL
+    too: celery_idem/schema.py), counters are unsigned: the edit fails with
+    IntegrityError (MySQL in strict mode: DataError, out of range) and the row is as it
+    was."""
     write_intent(ship_order.intent((1,)), "t-1")
     with pytest.raises((IntegrityError, DataError)), transaction.atomic():
         Job.objects.filter(key="ship/1").update(**values)

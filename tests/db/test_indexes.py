@@ -1,6 +1,7 @@
 """The job table keeps only the indexes a query needs, partial where the query names a
-state, and (PostgreSQL) leaves room on each page for a row's next version (migration 0006);
-the unique key leads with the key, so it also serves the search by key prefix (0007).
+state, and (PostgreSQL) leaves room on each page for a row's next version
+(celery_idem/schema.py); the unique key leads with the key, so it also serves the search
+by key prefix.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def test_job_pages_keep_room_for_the_next_row_version():
 
 def test_the_dead_lettered_jobs_are_read_from_a_partial_index_of_them_alone():
     """The admin's dead-lettered filter and idem_status read the rows the
-    ``dead_lettered`` move flagged, from an index of those alone (migration 0013), not
+    ``dead_lettered`` move flagged, from an index of those alone, not
     from the history (which has no index of its own for it any more)."""
     from celery_idem.models import Transition
 

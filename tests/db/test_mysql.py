@@ -1,16 +1,11 @@
-"""MariaDB/MySQL specifics: migrations that run again after a half-done try (DDL there
-commits statement by statement), keys compared byte for byte, the isolation level a
-losing claim needs, and the engine check. Keys run on every database."""
+"""MariaDB/MySQL specifics: keys compared byte for byte, the isolation level a losing claim
+needs, the engine check, the driver and its pools. Keys run on every database."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
-import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.db import connection, connections, transaction
@@ -21,7 +16,6 @@ from celery_idem.backends import Claimant
 from celery_idem.backends.generic import GenericBackend
 from celery_idem.models import Job
 
-ROOT = Path(__file__).resolve().parents[2]
 on_mysql = pytest.mark.skipif(connection.vendor != "mysql", reason="MySQL/MariaDB only")
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +26,7 @@ def claimant(worker: str, task_id: str) -> Claimant:
 
 
 def test_keys_that_differ_only_in_case_or_a_trailing_space_are_distinct(backend, make_intent):
-    """MySQL's default collations would make these one key (migration 0008)."""
+    """MySQL's default collations would make these one key (schema.binary_key_columns)."""
     keys = ["Order-1", "order-1", "order-1 "]
     for n, key in enumerate(keys):
         backend.publish(make_intent(key, fingerprint=f"fp-{n}"), f"t-{n}", timezone.now())
@@ -86,56 +80,6 @@ def test_a_celery_idem_table_not_on_innodb_is_e011(monkeypatch):
             cursor.execute("DROP TABLE idem_check_myisam")
 
 
-def _migrate(database: str, *target: str) -> None:
-    env = {**os.environ, "IDEM_DB_NAME": database, "DJANGO_SETTINGS_MODULE": "django_app.settings"}
-    done = subprocess.run([sys.executable, "-m", "django", "migrate", "celery_idem", *target],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
-def _indexes(database: str) -> dict[str, list[str]]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
-                       "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'celery_idem_job' "
-                       "ORDER BY INDEX_NAME, SEQ_IN_INDEX", [database])
-        found: dict[str, list[str]] = {}
-        for name, column in cursor.fetchall():
-            found.setdefault(name, []).append(column)
-    return found
-
-
-@on_mysql
-def test_migrations_run_again_after_a_half_done_try_and_back_to_zero():
-    """0006 as the first release left it on MariaDB: its index operations done, its
-    layout refused (DDL in a transaction). Migrating again finishes it; the app migrates
-    back to zero and forward again."""
-    database = f"idem_migrations_{uuid.uuid4().hex[:8]}"
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {database} CHARACTER SET utf8mb4")
-    try:
-        _migrate(database, "0005")
-        with connection.cursor() as cursor:  # what the failed try of 0006 had done
-            for statement in (
-                    "DROP INDEX celery_idem_job_lease_idx ON {t}",
-                    "CREATE INDEX celery_idem_job_lease_idx ON {t} (lease_expires_at)",
-                    "CREATE INDEX celery_idem_job_attention_idx ON {t} (state, created_at DESC)"):
-                cursor.execute(statement.format(t=f"{database}.celery_idem_job"))
-        _migrate(database)
-        expected = {"celery_idem_job_lease_idx": ["state", "lease_expires_at"],
-                    "celery_idem_job_pending_idx": ["state", "dispatch_count", "updated_at"],
-                    "celery_idem_job_attention_idx": ["state", "created_at"],
-                    "celery_idem_job_key_uniq": ["key", "namespace"]}
-        found = _indexes(database)
-        assert {name: found.get(name) for name in expected} == expected
-        _migrate(database)  # nothing left to do
-        _migrate(database, "zero")
-        _migrate(database)
-        assert {name: _indexes(database).get(name) for name in expected} == expected
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE {database}")
-
-
 @on_mysql
 def test_the_connection_is_on_the_driver_the_tier_asks_for():
     """IDEM_MYSQL_DRIVER=pymysql stands PyMySQL in for MySQLdb (django_app/settings.py):
@@ -144,6 +88,13 @@ def test_the_connection_is_on_the_driver_the_tier_asks_for():
     connection.ensure_connection()
     module = type(connection.connection).__module__
     assert module.startswith("pymysql" if driver == "pymysql" else "MySQLdb"), module
+
+
+@on_mysql
+def test_found_rows_is_the_drivers_constant():
+    from MySQLdb.constants import CLIENT  # mysqlclient, or PyMySQL standing in for it
+
+    assert CLIENT.FOUND_ROWS == checks_mysql.FOUND_ROWS
 
 
 @on_mysql

@@ -1,5 +1,5 @@
 """The hot path's statements as stored routines (celery_idem/backends/routines.py,
-migration 0014): called where installed, the statements themselves elsewhere, with the
+the initial migration): called where installed, the statements themselves elsewhere, with the
 same outcomes either way."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.db.test_round_trips import atomic_echo, echo, statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-migration = importlib.import_module("celery_idem.migrations.0014_stored_routines")
+migration = importlib.import_module("celery_idem.migrations.0001_initial")
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +36,7 @@ def _postgresql(backend_kind):
 @pytest.fixture(params=["routines", "statements"])
 def way(request, monkeypatch):
     """Each test runs with the routines called and with the statements sent themselves
-    (a database before migration 0014)."""
+    (a database without them)."""
     if request.param == "statements":
         monkeypatch.setattr(routines, "calls", lambda connection: {})
     return request.param
@@ -118,7 +118,7 @@ def test_an_atomic_commit_that_loses_its_fence_rolls_the_body_back(way):
 
 
 def test_without_the_migration_the_statements_run_themselves():
-    """Migration 0014 reversed: no routine is left, the backend sends the statements,
+    """The routines uninstalled: no routine is left, the backend sends the statements,
     and a task runs as before; applied again, the routines are called."""
     with connection.schema_editor() as editor:
         migration.uninstall(apps, editor)

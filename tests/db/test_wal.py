@@ -3,8 +3,8 @@
 The message (the envelope kept for re-sends) is most of a job row and is written once,
 by the intent. A claim or a commit rewrites the row; what PostgreSQL logs for that must
 not grow with the message: either the row's new version stays on its page (fillfactor
-70, migration 0006) and the record holds only the changed middle of the row, or the
-message is out of line in TOAST and only its pointer is copied. Measured with
+70, celery_idem/schema.py) and the record holds only the changed middle of the row, or
+the message is out of line in TOAST and only its pointer is copied. Measured with
 pg_walinspect on this database's records only (the server is shared), as a structural
 bound: a message 20 KB larger may not cost the claim and commit anywhere near that.
 

@@ -1,5 +1,5 @@
 """The structure the architecture page promises: its table is the code's, no cycles,
-small modules, every move labelled and every state styled."""
+modules within the size guideline, every move labelled and every state styled."""
 
 from __future__ import annotations
 
@@ -20,10 +20,20 @@ def test_the_library_has_no_import_cycle():
     assert cycles(graph()) == []
 
 
-def test_no_library_module_is_past_three_hundred_lines():
+#: A guideline for the reviewer, not a budget to split for: a module is one thing that
+#: changes together. Past this, ask whether it holds two; if it is one, raise the
+#: guideline here in the same change and say why. Never split a module into halves
+#: that import each other's private names to pass it.
+MODULE_LINES_GUIDELINE = 400
+
+
+def test_no_library_module_is_past_the_size_guideline():
     long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
-            if "migrations" not in p.parts and (n := len(p.read_text().splitlines())) > 300}
-    assert long == {}
+            if "migrations" not in p.parts
+            and (n := len(p.read_text().splitlines())) > MODULE_LINES_GUIDELINE}
+    assert long == {}, (
+        f"past {MODULE_LINES_GUIDELINE} lines: split by cohesion, or raise "
+        "MODULE_LINES_GUIDELINE with the reason (tests/unit/test_architecture.py)")
 
 
 def test_every_move_has_a_label_and_every_state_a_badge():

@@ -29,8 +29,10 @@ def test_client_flags_without_found_rows_are_e010():
     assert ids({"client_flag": multi_statements | checks_mysql.FOUND_ROWS}) == []
 
 
-def test_found_rows_is_the_drivers_constant():
-    from MySQLdb.constants import CLIENT
+def test_found_rows_is_pymysqls_constant():
+    """PyMySQL's (pure Python, in the test extra); mysqlclient's, a C extension, is
+    checked where it is installed (tests/db/test_mysql.py)."""
+    from pymysql.constants import CLIENT
 
     assert CLIENT.FOUND_ROWS == checks_mysql.FOUND_ROWS
 

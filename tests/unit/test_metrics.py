@@ -15,6 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 
 from celery_idem import metrics
+from celery_idem.idempotent_task import IdempotentTask
 from celery_idem.metrics import checks as metrics_checks
 from celery_idem.metrics import definitions, prometheus, tracing
 from celery_idem.metrics.gauges import Gauges, Reading
@@ -22,7 +23,6 @@ from celery_idem.metrics.otel import OtelSink
 from celery_idem.metrics.prometheus import JobGauges, PrometheusSink
 from celery_idem.metrics.recorder import OTHER, UNKNOWN, Recorder
 from celery_idem.states import MOVES
-from celery_idem.task import IdempotentTask
 from celery_idem.testing import InMemoryBackend, use_backend
 
 

@@ -24,7 +24,7 @@ def test_every_routine_the_backend_calls_is_installed_as_rendered():
     stale = [r.name for r in routines.hot() if installed.get(r.name) != r.create]
     assert not stale, (
         f"{stale}: a rendered statement changed; add a migration installing the ROUTINES "
-        "that `python -m celery_idem.backends.routines` prints (0014_stored_routines shows "
+        "that `python -m celery_idem.backends.routines` prints (the initial migration shows "
         "how), keeping the old ones for workers of the previous release")
 
 

@@ -1,11 +1,12 @@
 """tests/run.py's two lanes: the pytest runs at once never meet on a database, a queue or
-a Redis database (tests/tiers.py)."""
+a Redis database (tests/tiers.py); and the extras each tier installs."""
 
 from __future__ import annotations
 
 import importlib
 import re
 import sys
+import tomllib
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -52,3 +53,31 @@ def test_serial_runs_every_tier_in_one_lane_in_order():
     streamed, beside = run.lanes(tiers.TIERS, serial=False)
     assert sorted(streamed + beside, key=tiers.TIERS.index) == tiers.TIERS
     assert streamed == [t for t in tiers.TIERS if t in streamed]  # each lane keeps the order
+
+
+def test_each_tier_installs_only_the_extras_it_needs():
+    """The unit tests need ``test`` alone and the checks ``docs`` besides (both pure
+    Python: no mysqlclient, which needs a C library and pkg-config); mysqlclient comes with
+    the MariaDB tier that runs on it, beat, bench and docs with the tiers that run their
+    tests (the browser tests open the built docs site)."""
+    by_name = {t.name: t for t in tiers.TIERS}
+
+    def extras_of(*names: str) -> set[str]:
+        return set(run.extras([by_name[n] for n in names]).split(","))
+
+    assert run.extras([]) == "test"
+    assert run.extras([], checks=True) == "test,docs"
+    assert extras_of("unit") == {"test"}
+    assert extras_of("mariadb+redis") == {"test", "mysql", "beat", "docs"}
+    assert extras_of("mariadb-pymysql") == {"test"}  # PyMySQL is in ``test``
+    assert extras_of("postgres+redis") == {"test", "beat", "bench"}
+    assert extras_of("unit", "sqlite", "mariadb+redis") == {"test", "beat", "mysql", "docs"}
+    assert extras_of("oldest", "newest") == {"test"}  # their own venvs (tests/venvs.py)
+
+
+def test_the_test_extra_builds_nothing_and_every_tier_extra_exists():
+    project = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["project"]
+    declared = project["optional-dependencies"]
+    assert not [r for r in declared["test"] if r.lower().startswith("mysqlclient")]
+    for tier in tiers.TIERS:
+        assert set(tier.extras) <= set(declared), tier.name
