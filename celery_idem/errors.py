@@ -118,6 +118,11 @@ class PersistenceError(IdempotencyError):
     """The job database could not be read or written; the body did not run unclaimed."""
 
 
+class ConnectionLost(PersistenceError):
+    """The body's database connection was lost: its attempt was handed back (not
+    failed), and the message comes back to run it again."""
+
+
 class NotMigrated(PersistenceError, ConfigurationError):
     """The job tables do not exist on the job database: ``manage.py migrate`` was not run
     there. A worker treats it as any persistence error (the message waits and comes back,

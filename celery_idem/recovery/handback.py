@@ -3,7 +3,8 @@
 Every path that hands a lost claim back asks ``plan``: the worker's MainProcess when a
 pool child dies under an attempt (``recovery.worker``), a worker's shutdown, the
 recovery pass for a claim past its lease (``recovery.sweep``) and an operator's release
-(``celery_idem.actions``). So a task declared ``on_stale_claim="uncertain"`` (its effect
+(``celery_idem.actions``), and a live worker whose body lost its database connection
+(``runner``, by ``hand_back_claim``). So a task declared ``on_stale_claim="uncertain"`` (its effect
 must not be repeated blindly) ends UNCERTAIN whichever path notices first, and
 ``max_attempts`` counts the same attempts on all of them.
 """
@@ -12,14 +13,16 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from celery import current_app
 from django.utils import timezone
 
 from ..backends import Backend, Change
-from ..claims import describe_error
+from ..claims import COMMIT_BACKOFF, Claim, describe_error
 from ..errors import StoredFailure
+from ..persistence import retrying
 from ..states import State
 from .resend import task_id_for
 
@@ -61,7 +64,7 @@ def resendable(job: Any) -> bool:
 
 
 def plan(backend: Backend, job: Any, task: Any, why: str, *, resend: bool,
-         actor: str = "", attempt: int | None = None) -> HandBack:
+         actor: str = "", attempt: int | None = None, rolled_back: bool = False) -> HandBack:
     """How the claim of ``job`` (a RUNNING row) goes back, by ``task``'s declarations.
 
     ``task``: the registered IdempotentTask, or None when this process does not know it
@@ -69,6 +72,9 @@ def plan(backend: Backend, job: Any, task: Any, why: str, *, resend: bool,
     the job again after the move (recovery, an operator); False when something else
     brings the message back (Celery requeues it when a child is lost). ``attempt``: the
     attempt the caller saw (default the row's): a newer claim is never handed back.
+    ``rolled_back``: the attempt's writes rolled back with its transaction (an atomic
+    body), so nothing is uncertain: released even for a task declared
+    ``on_stale_claim="uncertain"``.
     """
     seen = job.attempt if attempt is None else attempt
 
@@ -77,7 +83,7 @@ def plan(backend: Backend, job: Any, task: Any, why: str, *, resend: bool,
                       worker=job.worker, task_id=job.task_id, reason=reason, actor=actor,
                       task_name=job.task_name)
 
-    if task is not None and task.on_stale_claim == "uncertain":
+    if task is not None and task.on_stale_claim == "uncertain" and not rolled_back:
         return HandBack(change("uncertain", f"{why}; the task must not re-run blindly",
                                lease_expires_at=None, worker=""), "uncertain")
     if task is not None:
@@ -97,3 +103,17 @@ def plan(backend: Backend, job: Any, task: Any, why: str, *, resend: bool,
                                task_id=task_id_for(job), dispatch_count=job.dispatch_count + 1),
                         "released", resend=True)
     return HandBack(change("released", why, lease_expires_at=None, worker=""), "released")
+
+
+def hand_back_claim(claim: Claim, task: Any, why: str, *, rolled_back: bool = False) -> HandBack:
+    """Hand back the claim a live worker holds, by ``plan``'s rule (its body lost the
+    database connection: ``runner``). Nothing is re-sent: the worker re-queues the
+    message. Tried again on a fresh connection after a dropped one, like a commit;
+    PersistenceError when the database stays unreachable (the lease then expires and
+    recovery hands the claim back)."""
+    job = SimpleNamespace(id=claim.job_id, attempt=claim.attempt, worker=claim.worker,
+                          task_id=claim.task_id, task_name=claim.task_name)
+    back = retrying(claim.backend, lambda: plan(claim.backend, job, task, why, resend=False,
+                                                rolled_back=rolled_back), COMMIT_BACKOFF)
+    claim.apply(back.change)
+    return back
