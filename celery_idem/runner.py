@@ -36,6 +36,7 @@ from .errors import (
 )
 from .fingerprints import check_json
 from .job_transaction import atomic_alias, job_transaction
+from .persistence import persistence
 from .producer import (
     KEY_HEADER,
     UNWRITTEN_HEADER,
@@ -194,8 +195,9 @@ class Run:
             if claim is not None:
                 hand_back_claim(claim, self.task, why)
             else:
-                self.record_rolled_back(
-                    lambda c: hand_back_claim(c, self.task, why, rolled_back=True))
+                with persistence():
+                    self.record_rolled_back(
+                        lambda c: hand_back_claim(c, self.task, why, rolled_back=True))
         except PersistenceError as error:
             # Nothing more to do here: a plain body's claim stays RUNNING until its lease
             # expires and recovery hands it back; an atomic body left nothing committed.
