@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..backends import get_backend
 from ..states import State, live_q, stale_q
+from . import display
 
 #: Each state is counted up to this many jobs; the summary shows more as "10,000+".
 COUNT_LIMIT = 10_000
@@ -164,6 +165,10 @@ class JobChangeList(ChangeList):
         # stored message (~1 KB a job).
         return super().get_queryset(request, *args, **kwargs).defer(
             "args", "kwargs", "result", "error", "options", "message")
+
+    def get_results(self, request: Any) -> None:
+        super().get_results(request)
+        display.mark_running_atomic(self.result_list)  # the page's rows, evaluated once
 
     def state_summary(self) -> list[dict[str, Any]]:
         """Each state with its count under the current filter and a link that selects it."""

@@ -137,7 +137,8 @@ class JobAdmin(OperatorActions):
 
     @admin.display(description=gettext_lazy("state"))
     def state_column(self, job: Job) -> Any:
-        return display.state_badge(job.state, stale=display.is_stale(job))
+        return display.state_badge(job.state, stale=display.is_stale(job),
+                                   in_transaction=getattr(job, "in_transaction", False))
 
     @admin.display(description=gettext_lazy("worker"))
     def worker_column(self, job: Job) -> str:
@@ -159,7 +160,9 @@ class JobAdmin(OperatorActions):
 
     @admin.display(description=gettext_lazy("state"))
     def state_display(self, job: Job) -> Any:
-        return display.state_badge(job.state, stale=display.is_stale(job))
+        display.mark_running_atomic([job])
+        return display.state_badge(job.state, stale=display.is_stale(job),
+                                   in_transaction=getattr(job, "in_transaction", False))
 
     @admin.display(description=gettext_lazy("Celery task id"))
     def task_id_display(self, job: Job) -> Any:
