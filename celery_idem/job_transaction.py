@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, transaction
 
-from .backends.lost import lost_connection
+from .backends import lost_connection
 from .conf import settings
 from .errors import ConfigurationError, PersistenceError
 

@@ -19,14 +19,12 @@ from celery.result import ResultBase
 from django.db import transaction
 
 from . import claims, retries
-from .backends import ClaimOutcome, Intent
-from .backends.lost import lost_connection
+from .backends import ClaimOutcome, Intent, lost_connection
 from .by_name import refused_error
 from .children import header
 from .conf import settings
 from .errors import (
     ClaimLost,
-    ConnectionLost,
     Expired,
     InProgress,
     IntentMissing,
@@ -36,7 +34,6 @@ from .errors import (
 )
 from .fingerprints import check_json
 from .job_transaction import atomic_alias, job_transaction
-from .persistence import persistence
 from .producer import (
     KEY_HEADER,
     UNWRITTEN_HEADER,
@@ -132,7 +129,6 @@ class Run:
 
     def atomic(self) -> Any:
         using = atomic_alias(self.task)
-        ran = False  # the body started: a lost connection from here is handed back
         try:
             with job_transaction(using) as commit:
                 outcome, claim = self.acquire()
@@ -140,7 +136,6 @@ class Run:
                     if self.exhausted(claim):
                         return self.dead_letter(claim)
                     self.request._idem_claim = claim
-                    ran = True
                     try:
                         result = self.body(*self.args, **self.kwargs)
                     except Replaced as exc:
@@ -167,10 +162,9 @@ class Run:
         except (Ignore, Reject):
             raise  # rolled back to PENDING, which is where a released claim goes
         except PersistenceError as exc:
-            # The transaction (claim, body, commit) is gone with the connection, or its
-            # commit landed: the message comes back and claims, or replays, once more.
-            # Once the body ran, the attempt is handed back (and counted) first.
-            return self.hand_back(None, exc) if ran else self.wait(exc)
+            # The transaction is gone with the connection (or its commit landed): the
+            # message comes back; once the body ran (it held the claim), handed back first.
+            return self.hand_back(None, exc) if self.request.get("_idem_claim") else self.wait(exc)
         except Exception as exc:
             error = exc
             self.record_rolled_back(lambda c: c.fail(error))
@@ -178,33 +172,8 @@ class Run:
         return self.not_claimed(outcome)
 
     def hand_back(self, claim: claims.Claim | None, exc: BaseException) -> Any:
-        """The body lost its database connection (``backends.lost``), or an atomic
-        body's commit did: not the body's failure. Its attempt goes back by the rule of
-        a lost worker (``recovery.handback``), counted against max_attempts, and the
-        message waits and comes back: it runs again, or meets what the rule decided
-        (UNCERTAIN, dead-lettered). ``claim``: a plain body's; None for an atomic one,
-        whose claim rolled back with everything else: claimed again to record the
-        attempt, and released, never UNCERTAIN (nothing was committed; a commit that
-        did land leaves nothing to claim, and the message replays it)."""
-        from .recovery.handback import hand_back_claim
-
-        cause = exc.__cause__ if isinstance(exc, PersistenceError) and exc.__cause__ else exc
-        why = f"the body lost its database connection: {type(cause).__name__}: {cause}"
-        why = why.strip()[:400]
-        try:
-            if claim is not None:
-                hand_back_claim(claim, self.task, why)
-            else:
-                with persistence():
-                    self.record_rolled_back(
-                        lambda c: hand_back_claim(c, self.task, why, rolled_back=True))
-        except PersistenceError as error:
-            # Nothing more to do here: a plain body's claim stays RUNNING until its lease
-            # expires and recovery hands it back; an atomic body left nothing committed.
-            logger.warning("could not hand back %s[%s] after its connection was lost: %r",
-                           self.task.name, self.request.id, error,
-                           extra={"action": "release_failed", "key": self.intent.key})
-        return self.wait(ConnectionLost(why))
+        from .recovery.handback import hand_back_lost  # the connection was lost: see there
+        return self.wait(hand_back_lost(claim, self.task, exc, self.record_rolled_back))
 
     def record_rolled_back(self, commit: Callable[[claims.Claim], Any]) -> None:
         """After an atomic body rolled back, claim again and record how the attempt ended."""

@@ -164,8 +164,9 @@ def mark_running_atomic(jobs: Iterable[Any]) -> None:
     from ..conf import settings
 
     jobs = list(jobs)
-    pending = [job.id for job in jobs if job.state == State.PENDING]
-    held = ({job.id for job in running_atomic(using=settings.DATABASE, ids=pending).jobs}
-            if pending else set())
+    # Every job of the page is asked about (the reader keeps the PENDING ones), so a
+    # page takes the same queries whatever its states.
+    ids = [job.id for job in jobs]
+    held = {job.id for job in running_atomic(using=settings.DATABASE, ids=ids).jobs}
     for job in jobs:
         job.in_transaction = job.id in held

@@ -11,7 +11,9 @@ must not be repeated blindly) ends UNCERTAIN whichever path notices first, and
 
 from __future__ import annotations
 
+import logging
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -21,10 +23,12 @@ from django.utils import timezone
 
 from ..backends import Backend, Change
 from ..claims import COMMIT_BACKOFF, Claim, describe_error
-from ..errors import StoredFailure
-from ..persistence import retrying
+from ..errors import ConnectionLost, PersistenceError, StoredFailure
+from ..persistence import persistence, retrying
 from ..states import State
 from .resend import task_id_for
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -117,3 +121,32 @@ def hand_back_claim(claim: Claim, task: Any, why: str, *, rolled_back: bool = Fa
                                                 rolled_back=rolled_back), COMMIT_BACKOFF)
     claim.apply(back.change)
     return back
+
+
+def hand_back_lost(claim: Claim | None, task: Any, exc: BaseException,
+                   again: Callable[[Callable[[Claim], Any]], None]) -> ConnectionLost:
+    """The body lost its database connection (``backends.lost``), or an atomic body's
+    commit did: not the body's failure. Its attempt goes back by ``plan``'s rule,
+    counted against max_attempts; the caller's message then waits and comes back, to
+    run again or meet what the rule decided (UNCERTAIN, dead-lettered). Returns the
+    error the message waits with.
+
+    ``claim``: a plain body's. None for an atomic body, whose claim rolled back with
+    everything else: ``again`` claims once more in a transaction of its own, to record
+    the attempt, released, never UNCERTAIN (nothing was committed; a commit that did
+    land leaves nothing to claim, and the message replays it). Where the database stays
+    unreachable nothing is recorded: a plain body's claim stays RUNNING until its lease
+    expires and recovery hands it back; an atomic body left nothing committed.
+    """
+    cause = exc.__cause__ if isinstance(exc, PersistenceError) and exc.__cause__ else exc
+    why = f"the body lost its database connection: {type(cause).__name__}: {cause}"[:400]
+    try:
+        if claim is not None:
+            hand_back_claim(claim, task, why)
+        else:
+            with persistence():
+                again(lambda held: hand_back_claim(held, task, why, rolled_back=True))
+    except PersistenceError as error:
+        logger.warning("could not hand back %s after its connection was lost: %r",
+                       getattr(task, "name", task), error, extra={"action": "release_failed"})
+    return ConnectionLost(why)
