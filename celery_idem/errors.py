@@ -119,8 +119,9 @@ class PersistenceError(IdempotencyError):
 
 
 class ConnectionLost(PersistenceError):
-    """The body's database connection was lost: its attempt was handed back (not
-    failed), and the message comes back to run it again."""
+    """The body's database connection was lost: its attempt was handed back, not failed
+    (released, or UNCERTAIN or dead-lettered by the task's declarations), and the message
+    comes back to run again or to meet that outcome."""
 
 
 class NotMigrated(PersistenceError, ConfigurationError):

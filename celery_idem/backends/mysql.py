@@ -200,6 +200,8 @@ def _held(alias: str, ids: list[int] | None, limit: int) -> list[int] | None:
     the server has no SKIP LOCKED (MySQL before 8, MariaDB before 10.6)."""
     if not connections[alias].features.has_select_for_update_skip_locked:
         return None
+    if ids is not None and not ids:
+        return []
     pending = State.PENDING.value
     probe = own_connection(alias)
     try:

@@ -4,9 +4,9 @@ Every path that hands a lost claim back asks ``plan``: the worker's MainProcess 
 pool child dies under an attempt (``recovery.worker``), a worker's shutdown, the
 recovery pass for a claim past its lease (``recovery.sweep``) and an operator's release
 (``celery_idem.actions``), and a live worker whose body lost its database connection
-(``runner``, by ``hand_back_claim``). So a task declared ``on_stale_claim="uncertain"`` (its effect
-must not be repeated blindly) ends UNCERTAIN whichever path notices first, and
-``max_attempts`` counts the same attempts on all of them.
+(``runner``, by ``hand_back_lost``). So a task declared ``on_stale_claim="uncertain"``
+(its effect must not be repeated blindly) ends UNCERTAIN whichever path notices first,
+and ``max_attempts`` counts the same attempts on all of them.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def plan(backend: Backend, job: Any, task: Any, why: str, *, resend: bool,
     return HandBack(change("released", why, lease_expires_at=None, worker=""), "released")
 
 
-def hand_back_claim(claim: Claim, task: Any, why: str, *, rolled_back: bool = False) -> HandBack:
+def _hand_back_claim(claim: Claim, task: Any, why: str, *, rolled_back: bool = False) -> HandBack:
     """Hand back the claim a live worker holds, by ``plan``'s rule (its body lost the
     database connection: ``runner``). Nothing is re-sent: the worker re-queues the
     message. Tried again on a fresh connection after a dropped one, like a commit;
@@ -142,10 +142,10 @@ def hand_back_lost(claim: Claim | None, task: Any, exc: BaseException,
     why = f"the body lost its database connection: {type(cause).__name__}: {cause}"[:400]
     try:
         if claim is not None:
-            hand_back_claim(claim, task, why)
+            _hand_back_claim(claim, task, why)
         else:
             with persistence():
-                again(lambda held: hand_back_claim(held, task, why, rolled_back=True))
+                again(lambda held: _hand_back_claim(held, task, why, rolled_back=True))
     except PersistenceError as error:
         logger.warning("could not hand back %s after its connection was lost: %r",
                        getattr(task, "name", task), error, extra={"action": "release_failed"})
