@@ -160,7 +160,8 @@ class JobAdmin(OperatorActions):
 
     @admin.display(description=gettext_lazy("state"))
     def state_display(self, job: Job) -> Any:
-        display.mark_running_atomic([job])
+        if job.state == states.State.PENDING:  # only such a row can be an atomic body's
+            display.mark_running_atomic([job])
         return display.state_badge(job.state, stale=display.is_stale(job),
                                    in_transaction=getattr(job, "in_transaction", False))
 
