@@ -13,6 +13,7 @@ statistics give no per-value frequencies to estimate from.
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import NamedTuple
 
 from django.db.models import Count, Q
@@ -75,4 +76,70 @@ def _bulk_estimate(rows: float, shares: dict[str, float],
     return [JobCount(name, BULK.value, n, False) for name, n in estimates.items() if n > 0]
 
 
-__all__ = ["JobCount", "job_counts"]
+class RunningAtomic(NamedTuple):
+    """What ``running_atomic`` found."""
+
+    #: The jobs, oldest transaction first where the database says when it started.
+    jobs: list[HeldJob]
+    #: False where the database cannot tell (SQLite): ``jobs`` is empty, not known empty.
+    visible: bool
+
+
+class HeldJob(NamedTuple):
+    id: int
+    namespace: str
+    key: str
+    task_name: str
+    #: The attempts committed before this one (the running claim is not committed yet).
+    attempt: int
+    #: When the body's transaction started (PostgreSQL), else None.
+    since: datetime | None
+
+
+#: The most jobs ``running_atomic`` reports (and, on MySQL/MariaDB, PENDING rows it probes).
+RUNNING_ATOMIC_LIMIT = 1000
+
+
+def running_atomic(*, using: str | None = None, ids: list[int] | None = None,
+                   limit: int = RUNNING_ATOMIC_LIMIT) -> RunningAtomic:
+    """The ``atomic=True`` jobs running right now, which their rows do not show: an atomic
+    body's claim commits with the body, so until then the row reads PENDING at its last
+    committed attempt. The open transactions' row locks show them (``Backend
+    .held_pending``: on PostgreSQL the rows an open transaction updated, on MySQL/MariaDB
+    the rows a SKIP LOCKED read passes over); nothing is written. ``ids``: only among
+    these jobs (a page of the admin). Not visible on SQLite, whose one writer's lock names
+    no rows, nor where the claim inserted the row (no intent was written: broker
+    durability, or a key whose intent was lost) until it commits."""
+    using = using or settings.DATABASE
+    if ids is not None and not ids:
+        return RunningAtomic([], True)
+    held = get_backend(using).held_pending(ids, limit)
+    if held is None:
+        return RunningAtomic([], False)
+    since = dict(held)
+    rows = Job.objects.using(using).filter(id__in=since).values_list(
+        "id", "namespace", "key", "task_name", "attempt")
+    jobs = [HeldJob(job_id, namespace, key, task, attempt, since[job_id])
+            for job_id, namespace, key, task, attempt in rows]
+    jobs.sort(key=lambda job: (job.since is None, job.since or datetime.min, job.id))
+    return RunningAtomic(jobs, True)
+
+
+def with_running_atomic(counts: list[JobCount], running: RunningAtomic) -> list[JobCount]:
+    """``counts`` with each running atomic job counted RUNNING instead of PENDING."""
+    moved = Counter(job.task_name for job in running.jobs)
+    if not moved:
+        return counts
+    by_key = {(c.task_name, c.state): c for c in counts}
+    for task, n in moved.items():
+        pending = by_key.get((task, State.PENDING.value))
+        if pending is not None:
+            by_key[(task, State.PENDING.value)] = pending._replace(count=max(0, pending.count - n))
+        claimed = by_key.get((task, State.RUNNING.value))
+        by_key[(task, State.RUNNING.value)] = JobCount(
+            task, State.RUNNING.value, (claimed.count if claimed else 0) + n, True)
+    return sorted(c for c in by_key.values() if c.count or c.state != State.PENDING.value)
+
+
+__all__ = ["HeldJob", "JobCount", "RunningAtomic", "job_counts", "running_atomic",
+           "with_running_atomic"]

@@ -69,11 +69,15 @@ class Claim:
 
     def _move(self, event: str, reason: str = "", *, final: bool = False,
               **values: Any) -> bool:
-        change = Change(self.job_id, event, State.RUNNING, attempt=self.attempt,
-                        values=values, worker=self.worker, task_id=self.task_id,
-                        reason=reason, task_name=self.task_name)
+        return self.apply(Change(self.job_id, event, State.RUNNING, attempt=self.attempt,
+                                 values=values, worker=self.worker, task_id=self.task_id,
+                                 reason=reason, task_name=self.task_name), final=final)
+
+    def apply(self, change: Change, *, final: bool = False) -> bool:
+        """Write ``change`` (a move fenced by this attempt), tried again on a fresh
+        connection after a dropped one; whether it moved the row."""
         retried: list[bool] = []
-        with span("celery_idem.commit", self.task_name, event=event):
+        with span("celery_idem.commit", self.task_name, event=change.event):
             moved = retrying(self.backend,
                              lambda: self.backend.apply(change, timezone.now(), final=final),
                              COMMIT_BACKOFF, retried)

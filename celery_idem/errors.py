@@ -118,6 +118,12 @@ class PersistenceError(IdempotencyError):
     """The job database could not be read or written; the body did not run unclaimed."""
 
 
+class ConnectionLost(PersistenceError):
+    """The body's database connection was lost: its attempt was handed back, not failed
+    (released, or UNCERTAIN or dead-lettered by the task's declarations), and the message
+    comes back to run again or to meet that outcome."""
+
+
 class NotMigrated(PersistenceError, ConfigurationError):
     """The job tables do not exist on the job database: ``manage.py migrate`` was not run
     there. A worker treats it as any persistence error (the message waits and comes back,

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, transaction
 
+from .backends import lost_connection
 from .conf import settings
 from .errors import ConfigurationError, PersistenceError
 
@@ -23,20 +24,23 @@ class Commit:
 @contextmanager
 def job_transaction(using: str) -> Iterator[Commit]:
     """``transaction.atomic(using=using)`` for an atomic body. A lost connection at its
-    begin, at its commit (the commit statement, once ``started``, or the block's exit,
-    where Django raises the failed reconnect in place of the error inside) raises
-    PersistenceError: the outcome is unknown, the message waits and comes back, rather
-    than the job failing while its database is down. The body's own errors pass."""
+    begin, in the body (``backends.lost``: the error the body let through left its
+    connection unusable), at its commit (the commit statement, once ``started``, or the
+    block's exit, where Django raises the failed reconnect in place of the error inside)
+    raises PersistenceError: nothing was committed, or the outcome is unknown; the
+    runner hands the attempt back rather than the job failing while its database is
+    down. The body's own errors pass, database errors on a working connection too."""
     commit, inside = Commit(), []
     try:
         with transaction.atomic(using=using):
             try:
                 yield commit
             except BaseException as exc:
-                inside.append(exc)
+                # Asked before the rollback, which closes a lost connection.
+                inside.append((exc, lost_connection(exc)))
                 raise
     except (OperationalError, InterfaceError) as exc:
-        if inside and exc is inside[0] and not commit.started:
+        if inside and exc is inside[0][0] and inside[0][1] is None and not commit.started:
             raise  # the body's own error, its transaction rolled back as usual
         raise PersistenceError(f"the job database failed: {exc}") from exc
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import Error, InterfaceError, OperationalError
 
 from .backends import Backend
 from .errors import NotMigrated, PersistenceError
@@ -29,7 +29,9 @@ class _Persistence:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if isinstance(exc, DatabaseError):
+        # Error, not only DatabaseError: a closed connection is an InterfaceError
+        # (PyMySQL's, psycopg2's), which is not one.
+        if isinstance(exc, Error):
             raise not_migrated(exc) or PersistenceError(
                 f"the job database failed: {exc}") from exc
 
@@ -86,6 +88,6 @@ def _fresh(backend: Backend) -> bool:
         return False
     try:
         connection.close()
-    except DatabaseError:
+    except Error:
         pass  # already broken; Django forgot it all the same
     return True

@@ -19,7 +19,7 @@ from celery.result import ResultBase
 from django.db import transaction
 
 from . import claims, retries
-from .backends import ClaimOutcome, Intent
+from .backends import ClaimOutcome, Intent, lost_connection
 from .by_name import refused_error
 from .children import header
 from .conf import settings
@@ -109,6 +109,8 @@ class Run:
                 claim.release(f"the body raised {type(exc).__name__}")
             raise
         except Exception as exc:
+            if lost_connection(exc) is not None:
+                return self.hand_back(claim, exc)
             claim.fail(exc)
             raise
         except BaseException:
@@ -160,14 +162,18 @@ class Run:
         except (Ignore, Reject):
             raise  # rolled back to PENDING, which is where a released claim goes
         except PersistenceError as exc:
-            # The transaction (claim, body, commit) is gone with the connection, or its
-            # commit landed: the message comes back and claims, or replays, once more.
-            return self.wait(exc)
+            # The transaction is gone with the connection (or its commit landed): the
+            # message comes back; once the body ran (it held the claim), handed back first.
+            return self.hand_back(None, exc) if self.request.get("_idem_claim") else self.wait(exc)
         except Exception as exc:
             error = exc
             self.record_rolled_back(lambda c: c.fail(error))
             raise
         return self.not_claimed(outcome)
+
+    def hand_back(self, claim: claims.Claim | None, exc: BaseException) -> Any:
+        from .recovery.handback import hand_back_lost  # the connection was lost: see there
+        return self.wait(hand_back_lost(claim, self.task, exc, self.record_rolled_back))
 
     def record_rolled_back(self, commit: Callable[[claims.Claim], Any]) -> None:
         """After an atomic body rolled back, claim again and record how the attempt ended."""

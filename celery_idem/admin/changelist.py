@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..backends import get_backend
 from ..states import State, live_q, stale_q
+from . import display
 
 #: Each state is counted up to this many jobs; the summary shows more as "10,000+".
 COUNT_LIMIT = 10_000
@@ -171,6 +172,10 @@ class JobChangeList(ChangeList):
             "args", "kwargs", "result", "error", "options", "message").annotate(
             error_type=KT("error__type"),
             error_message=Left(KT("error__message"), ERROR_SHOWN))
+
+    def get_results(self, request: Any) -> None:
+        super().get_results(request)
+        display.mark_running_atomic(self.result_list)  # the page's rows, evaluated once
 
     def state_summary(self) -> list[dict[str, Any]]:
         """Each state with its count under the current filter and a link that selects it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -19,8 +20,13 @@ from django.utils.translation import ngettext
 from ..states import State, lease_expired
 
 
-def state_badge(value: str | None, *, stale: bool = False) -> SafeString:
-    """A coloured badge whose text names the state, so it reads without colour too."""
+def state_badge(value: str | None, *, stale: bool = False,
+                in_transaction: bool = False) -> SafeString:
+    """A coloured badge whose text names the state, so it reads without colour too.
+    ``in_transaction``: a PENDING row an atomic body is running (``mark_running_atomic``)."""
+    if in_transaction:
+        return format_html('<span class="idem-state idem-state--running">{}</span>',
+                           _("Running (atomic, in transaction)"))
     if not value:
         return format_html('<span class="idem-state idem-state--none">{}</span>', _("none"))
     try:
@@ -187,3 +193,19 @@ def task_result_url(task_id: str) -> str:
     except NoReverseMatch:  # installed, but its admin is not on this site
         return ""
     return f"{changelist}?{urlencode({'task_id': task_id})}"
+
+
+def mark_running_atomic(jobs: Iterable[Any]) -> None:
+    """Set ``in_transaction`` on each of ``jobs``: True for a PENDING one that an atomic
+    body is running right now (its claim commits with the body: ``census
+    .running_atomic``), which ``state_badge`` then shows as running."""
+    from ..census import running_atomic
+    from ..conf import settings
+
+    jobs = list(jobs)
+    # Every job of the page is asked about (the reader keeps the PENDING ones), so a
+    # page takes the same queries whatever its states.
+    ids = [job.id for job in jobs]
+    held = {job.id for job in running_atomic(using=settings.DATABASE, ids=ids).jobs}
+    for job in jobs:
+        job.in_transaction = job.id in held

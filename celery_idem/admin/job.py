@@ -147,7 +147,8 @@ class JobAdmin(OperatorActions):
 
     @admin.display(description=gettext_lazy("state"))
     def state_column(self, job: Job) -> Any:
-        badge = display.state_badge(job.state, stale=display.is_stale(job))
+        badge = display.state_badge(job.state, stale=display.is_stale(job),
+                                    in_transaction=getattr(job, "in_transaction", False))
         error = display.error_line(getattr(job, "error_type", None),
                                    getattr(job, "error_message", None))
         return format_html("{}<br>{}", badge, error) if error else badge
@@ -164,7 +165,10 @@ class JobAdmin(OperatorActions):
 
     @admin.display(description=gettext_lazy("state"))
     def state_display(self, job: Job) -> Any:
-        return display.state_badge(job.state, stale=display.is_stale(job))
+        if job.state == states.State.PENDING:  # only such a row can be an atomic body's
+            display.mark_running_atomic([job])
+        return display.state_badge(job.state, stale=display.is_stale(job),
+                                   in_transaction=getattr(job, "in_transaction", False))
 
     @admin.display(description=gettext_lazy("Celery task id"))
     def task_id_display(self, job: Job) -> Any:

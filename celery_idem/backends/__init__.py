@@ -12,10 +12,11 @@ from django.db import connections
 
 from ..installation import require_installed
 from .base import Backend
+from .lost import lost_connection
 from .values import Change, Claimant, ClaimOutcome, Intent, JobRow
 
 __all__ = ["Backend", "Change", "ClaimOutcome", "Claimant", "Intent", "JobRow", "get_backend",
-           "override"]
+           "lost_connection", "override"]
 
 #: A backend that replaces every other one (celery_idem.testing.use_backend).
 _override: list[Backend] = []

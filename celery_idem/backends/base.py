@@ -265,6 +265,16 @@ class Backend(ABC):
     def task_names(self, limit: int) -> list[str]:
         """The distinct task names of the jobs, in order, at most ``limit``."""
 
+    def held_pending(self, ids: list[int] | None,
+                     limit: int) -> list[tuple[int, datetime | None]] | None:
+        """PENDING jobs whose row an open transaction holds: an atomic body's claim,
+        which commits with the body (``census.running_atomic``). Up to ``limit`` of them,
+        among ``ids`` if given, each with when its transaction started where the
+        database says (else None). Takes no lock a worker waits for and leaves nothing
+        on a session. None where the database cannot tell which rows are held (SQLite:
+        its one writer's lock names no rows)."""
+        return None
+
     def task_name_statistics(self) -> tuple[float, dict[str, float]] | None:
         """The planner's estimate of the job table's rows, and the share of them each
         frequent task name holds, where the database keeps such statistics (PostgreSQL,

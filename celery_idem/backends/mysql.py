@@ -15,6 +15,7 @@ other reads are the portable backend's.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
@@ -23,6 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connections
+from django.db.utils import load_backend
 
 from .. import states
 from ..models import Job
@@ -163,6 +165,11 @@ class MySQLBackend(GenericBackend):
             found = cursor.fetchone()
         return None if found is None else _job_row(found, connection)
 
+    def held_pending(self, ids: list[int] | None,
+                     limit: int) -> list[tuple[int, datetime | None]] | None:
+        held = _held(self.alias, ids, limit)
+        return None if held is None else [(job_id, None) for job_id in held]
+
     def _apply(self, change: Change, move: Move, now: datetime) -> int | None:
         if move.recorded or (move.target is None and not change.values):
             return super()._apply(change, move, now)
@@ -181,6 +188,55 @@ class MySQLBackend(GenericBackend):
             cursor.execute(move_sql(change.event, tuple(change.values)), params)
             matched = cursor.rowcount
         return attempt if matched else None
+
+
+def _held(alias: str, ids: list[int] | None, limit: int) -> list[int] | None:
+    """``Backend.held_pending`` on MySQL/MariaDB (without the start, which InnoDB does not
+    tie to rows): the PENDING rows (the first ``limit`` by id, among ``ids``) that a
+    locking read with SKIP LOCKED passes over, and that are still PENDING afterwards (a
+    claim committed meanwhile is RUNNING now). On a connection of its own, so the shared
+    locks it takes are never held by a caller's transaction, in a transaction rolled
+    back at once; its rows are looked up by primary key (no gap is locked). None where
+    the server has no SKIP LOCKED (MySQL before 8, MariaDB before 10.6)."""
+    if not connections[alias].features.has_select_for_update_skip_locked:
+        return None
+    if ids is not None and not ids:
+        return []
+    pending = State.PENDING.value
+    probe = own_connection(alias)
+    try:
+        with probe.cursor() as cursor:
+            among = f"AND id IN ({', '.join(['%s'] * len(ids))})" if ids else ""
+            cursor.execute(QUERIES["pending_ids"].replace("{ids}", among),
+                           [pending, *(ids or []), limit])
+            candidates = [job_id for (job_id,) in cursor.fetchall()]
+            if not candidates:
+                return []
+            marks = ", ".join(["%s"] * len(candidates))
+            share = "LOCK IN SHARE MODE" if probe.mysql_is_mariadb else "FOR SHARE"
+            cursor.execute("START TRANSACTION")
+            try:
+                cursor.execute(QUERIES["pending_unlocked"].replace("{ids}", marks)
+                               .replace("{share}", share), [pending, *candidates])
+                free = {job_id for (job_id,) in cursor.fetchall()}
+            finally:
+                cursor.execute("ROLLBACK")
+            held = [job_id for job_id in candidates if job_id not in free]
+            if not held:
+                return []
+            cursor.execute(QUERIES["pending_ids"].replace(
+                "{ids}", f"AND id IN ({', '.join(['%s'] * len(held))})"),
+                [pending, *held, limit])
+            return [int(job_id) for (job_id,) in cursor.fetchall()]
+    finally:
+        probe.close()
+
+
+def own_connection(alias: str) -> Any:
+    """A new connection with ``alias``'s settings, that no one else uses (close it)."""
+    params = copy.deepcopy(connections[alias].settings_dict)
+    params["CONN_MAX_AGE"] = 0
+    return load_backend(params["ENGINE"]).DatabaseWrapper(params, alias)
 
 
 def _job_row(found: Sequence[Any], connection: Any) -> JobRow:

@@ -64,3 +64,12 @@ SELECT {row} FROM {job} WHERE `key` = %(key)s AND namespace = %(namespace)s
 -- name: move
 UPDATE {job} SET state = %(to_state)s, updated_at = %(now)s{sets}
 WHERE id = %(id)s AND state = %(from_state)s AND {guard}
+
+-- name: pending_ids
+-- {ids}: "AND id IN (...)" with a placeholder per id, or nothing.
+SELECT id FROM {job} WHERE state = %s {ids} ORDER BY id LIMIT %s
+
+-- name: pending_unlocked
+-- Of those, the rows no open transaction holds: an atomic body's claim holds its row with
+-- an exclusive lock, which a shared lock skips. {ids}: a placeholder per id.
+SELECT id FROM {job} WHERE state = %s AND id IN ({ids}) {share} SKIP LOCKED

@@ -259,6 +259,12 @@ class PostgreSQLBackend(Backend):
     def task_names(self, limit: int) -> list[str]:
         return [name for (name,) in self._fetch(QUERIES["task_names"], {"limit": limit})]
 
+    def held_pending(self, ids: list[int] | None,
+                     limit: int) -> list[tuple[int, datetime | None]] | None:
+        rows = self._fetch(QUERIES["held_pending"], {"pending": State.PENDING.value,
+                                                     "ids": ids, "limit": limit})
+        return [(int(job_id), since) for job_id, since in rows]
+
     def task_name_statistics(self) -> tuple[float, dict[str, float]] | None:
         table = {"table": Job._meta.db_table}
         found = self._fetch(QUERIES["job_rows_estimate"], table)

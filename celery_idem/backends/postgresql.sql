@@ -212,3 +212,18 @@ SELECT value::text FROM {checkpoint} WHERE job_id = %(id)s AND step = %(step)s
 -- name: steps_clear
 WITH gone AS (DELETE FROM {checkpoint} WHERE job_id = %(id)s RETURNING 1)
 SELECT count(*) FROM gone
+
+-- name: held_pending
+-- PENDING rows an open transaction updated (an atomic body's claim, committed with the
+-- body): the version this snapshot sees has that transaction's id as xmax, and every
+-- transaction holds the lock on its own id until it ends. A read: no row is locked, so no
+-- tuple is written (as a SKIP LOCKED probe would), and nothing waits. The claim is the
+-- body transaction's own statement, not in a subtransaction, whose id would not match.
+SELECT j.id, a.xact_start
+FROM {job} AS j
+JOIN pg_locks AS l ON l.locktype = 'transactionid' AND l.transactionid = j.xmax
+    AND l.mode = 'ExclusiveLock' AND l.granted AND l.pid <> pg_backend_pid()
+LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE j.state = %(pending)s AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+ORDER BY a.xact_start, j.id
+LIMIT %(limit)s

@@ -4,10 +4,12 @@ exporters) costs the database one reading per period.
 
 Each reading is cheap at millions of rows: jobs per task and state from
 ``census.job_counts`` (exact from a small partial index, SUCCEEDED estimated from the
-planner's statistics on PostgreSQL); the oldest stale claim from the partial index on
-RUNNING leases; the oldest never-sent intent among PENDING rows only. A reading that
-fails (the database is down) keeps the last values and reports ``celery_idem_gauges_up``
-0; it never fails the scrape of the counters.
+planner's statistics on PostgreSQL), with the running atomic jobs, whose rows read
+PENDING until their body commits, counted RUNNING (``census.running_atomic``); the
+oldest stale claim from the partial index on RUNNING leases; the oldest never-sent
+intent among PENDING rows only. A reading that fails (the database is down) keeps the
+last values and reports ``celery_idem_gauges_up`` 0; it never fails the scrape of the
+counters.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class Gauges:
 
 def read(alias: str, now: datetime, max_tasks: int) -> Reading:
     """The gauges' values on database ``alias`` at ``now``."""
-    from ..census import job_counts
+    from ..census import job_counts, running_atomic, with_running_atomic
     from ..models import Job
 
     jobs = Job.objects.using(alias)
@@ -89,7 +91,8 @@ def read(alias: str, now: datetime, max_tasks: int) -> Reading:
         at=Min("created_at"))["at"]
     counts: Counter[tuple[str, str]] = Counter()
     named: set[str] = set()
-    for row in job_counts(using=alias):
+    # A running atomic job's row reads PENDING until its body commits: counted RUNNING.
+    for row in with_running_atomic(job_counts(using=alias), running_atomic(using=alias)):
         if row.task_name not in named and len(named) < max_tasks:
             named.add(row.task_name)
         counts[(row.task_name if row.task_name in named else OTHER, row.state)] += row.count

@@ -181,6 +181,67 @@ def deduct_stock_once(self, order_id, sku, qty, folder=None):
         _hold(folder, f"stock-{order_id}-{sku}")
     return {"deducted": qty, "quantity": stock.quantity - qty}
 
+# -- a body whose database connection is lost (tests/integration/test_lost_connection.py) --
+
+
+def connection_id() -> int:
+    """The server's id of this thread's Django connection (the session a test kills)."""
+    from django.db import connection
+
+    sql = ("SELECT CONNECTION_ID()" if connection.vendor == "mysql"
+           else "SELECT pg_backend_pid()")
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return int(cursor.fetchone()[0])
+
+
+def _query_after_hold(task, name: str, folder: str) -> dict:
+    """Record the effect, hold (``folder/name.started`` holds the connection's id), then
+    use the connection again: the query a killed session fails."""
+    _effect(task, name=name)
+    Path(folder, f"{name}.started").write_text(str(connection_id()))
+    flag = Path(folder) / name
+    deadline = time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"effects": Effect.objects.filter(key=task.idempotency_key).count(),
+            "attempt": task.attempt}
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="lost/{name}")
+def query_after_hold(self, name, folder):
+    return _query_after_hold(self, name, folder)
+
+
+@shared_task(base=IdempotentTask, bind=True, atomic=True, idempotency_key="lost-atomic/{name}")
+def query_after_hold_atomic(self, name, folder):
+    return _query_after_hold(self, name, folder)
+
+
+@shared_task(base=IdempotentTask, bind=True, on_stale_claim="uncertain",
+             idempotency_key="lost-uncertain/{name}")
+def query_after_hold_uncertain(self, name, folder):
+    return _query_after_hold(self, name, folder)
+
+
+@shared_task(base=IdempotentTask, bind=True, max_attempts=1, idempotency_key="lost-once/{name}")
+def query_after_hold_once(self, name, folder):
+    return _query_after_hold(self, name, folder)
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="sleep/{name}")
+def sleep_in_body(self, name, folder):
+    """Writes its connection's id to ``folder/name.started``, then sleeps in a query (for
+    a test to interrupt)."""
+    from django.db import connection
+
+    Path(folder, f"{name}.started").write_text(str(connection_id()))
+    sql = "SELECT SLEEP(60)" if connection.vendor == "mysql" else "SELECT pg_sleep(60)"
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+    return name
+
+
 # -- step checkpoints and child keys ------------------------------------------------------
 
 

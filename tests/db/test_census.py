@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from celery_idem.census import JobCount, job_counts
+from celery_idem.census import JobCount, job_counts, running_atomic
 from celery_idem.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,3 +68,25 @@ def test_the_rare_states_are_counted_from_the_census_index_alone():
         cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: ask for the index
         plan = query.explain()
     assert "Index Only Scan using celery_idem_job_census_idx" in plan, plan
+
+
+def test_running_atomic_jobs_count_running_not_pending():
+    """A running atomic job's row reads PENDING: the counts move it to RUNNING, and a
+    task with no committed RUNNING job gets that count (exact)."""
+    from celery_idem.census import HeldJob, RunningAtomic, with_running_atomic
+
+    counts = [JobCount("a", "PENDING", 3, True), JobCount("a", "SUCCEEDED", 9, False),
+              JobCount("b", "PENDING", 1, True), JobCount("b", "RUNNING", 2, True)]
+    held = RunningAtomic([HeldJob(1, "a", "k1", "a", 0, None),
+                          HeldJob(2, "a", "k2", "a", 0, None),
+                          HeldJob(3, "b", "k3", "b", 4, None)], True)
+    assert with_running_atomic(counts, held) == [
+        JobCount("a", "PENDING", 1, True), JobCount("a", "RUNNING", 2, True),
+        JobCount("a", "SUCCEEDED", 9, False), JobCount("b", "RUNNING", 3, True)]
+    assert with_running_atomic(counts, RunningAtomic([], False)) == counts
+
+
+def test_running_atomic_finds_nothing_without_an_open_transaction():
+    jobs("a", "PENDING", 2)
+    found = running_atomic()
+    assert found.jobs == [] and found.visible is (connection.vendor != "sqlite")

@@ -11,7 +11,13 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from celery_idem.census import JobCount, job_counts
+from celery_idem.census import (
+    HeldJob,
+    JobCount,
+    job_counts,
+    running_atomic,
+    with_running_atomic,
+)
 from celery_idem.conf import settings
 from celery_idem.managers import dead_lettered_q
 from celery_idem.models import Job
@@ -46,22 +52,36 @@ class Command(BaseCommand):
         using = options["database"] or settings.DATABASE
         now = timezone.now()
         jobs = Job.objects.using(using).filter(task_filter(options["task"], using))
-        counts = [c for c in job_counts(exact=options["exact"], using=using)
+        running = running_atomic(using=using)
+        counts = [c for c in with_running_atomic(
+                  job_counts(exact=options["exact"], using=using), running)
                   if options["task"] is None or c.task_name == options["task"]]
-        status = self.status(jobs, counts, now)
+        atomic = [job for job in running.jobs
+                  if options["task"] is None or job.task_name == options["task"]]
+        status = self.status(jobs, counts, now, atomic if running.visible else None)
         if options["json"]:
             self.stdout.write(json.dumps(status, indent=2, default=str))
         else:
             self.print_status(status, now)
 
-    def status(self, jobs: Any, census: list[JobCount], now: datetime) -> dict[str, Any]:
-        """Everything the command shows, as JSON-ready data."""
+    def status(self, jobs: Any, census: list[JobCount], now: datetime,
+               atomic: list[HeldJob] | None = None) -> dict[str, Any]:
+        """Everything the command shows, as JSON-ready data. ``atomic``: the running
+        atomic jobs (counted RUNNING in ``census`` already), None where not visible."""
         counts: dict[str, dict[str, int]] = defaultdict(dict)
         for count in census:
             counts[count.task_name][count.state] = count.count
         oldest = (jobs.filter(state=State.RUNNING).order_by("started_at", "id")
                   .values("id", "namespace", "key", "task_name", "attempt", "worker",
                           "started_at", "lease_expires_at").first())
+        held = atomic[0] if atomic else None
+        if held is not None and (oldest is None or held.since is not None and (
+                oldest["started_at"] is None or held.since < oldest["started_at"])):
+            # Its claim is in the body's transaction: the attempt it runs is the next one.
+            oldest = {"id": held.id, "namespace": held.namespace, "key": held.key,
+                      "task_name": held.task_name, "attempt": held.attempt + 1,
+                      "worker": None, "started_at": held.since, "lease_expires_at": None,
+                      "atomic": True}
 
         def per_task(*conditions: Q) -> dict[str, int]:
             """Jobs per task under any of ``conditions`` (disjoint: each one query, the
@@ -77,6 +97,10 @@ class Command(BaseCommand):
             # (task, state) pairs whose count is the planner's estimate, not a count.
             "estimated": sorted([c.task_name, c.state] for c in census if not c.exact),
             "oldest_running": oldest,
+            # Running atomic jobs per task (their rows read PENDING until the body
+            # commits); None where the database cannot tell (SQLite).
+            "running_atomic": None if atomic is None else dict(
+                Counter(job.task_name for job in atomic)),
             "stale_claims": per_task(stale_q(now)),
             "lost_messages": per_task(*(lost.condition for lost in lost_messages(now))),
             "dead_lettered": per_task(dead_lettered_q()),
@@ -103,7 +127,11 @@ class Command(BaseCommand):
             out("~ estimated from PostgreSQL's statistics (as of the last ANALYZE); "
                 "--exact counts them")
         oldest = status["oldest_running"]
-        if oldest:
+        if oldest and oldest.get("atomic"):
+            out(f"\nOldest running claim: job {oldest['id']} {oldest['namespace']}:"
+                f"{oldest['key']} attempt {oldest['attempt']}, atomic, in its transaction "
+                f"(committed with the body), running for {_age(oldest['started_at'], now)}")
+        elif oldest:
             out(f"\nOldest running claim: job {oldest['id']} {oldest['namespace']}:"
                 f"{oldest['key']} attempt {oldest['attempt']} on "
                 f"{oldest['worker'] or 'unknown worker'}, running for "
@@ -111,6 +139,15 @@ class Command(BaseCommand):
                 f"{_age(now, oldest['lease_expires_at']) if oldest['lease_expires_at'] else '-'}")
         else:
             out("\nOldest running claim: none")
+        atomic = status["running_atomic"]
+        if atomic is None:
+            out("Running atomic jobs: not visible on this database (they show PENDING "
+                "until their body commits)")
+        else:
+            total = sum(atomic.values())
+            detail = ", ".join(f"{t}: {n}" for t, n in sorted(atomic.items()))
+            out(f"Running atomic jobs (in their transaction, counted RUNNING above): {total}"
+                + (f" ({detail})" if total else ""))
         for label, name, hint in [
             ("Stale claims (lease expired)", "stale_claims", "idem_reap releases them"),
             ("Lost messages (PENDING past the dispatch timeout)", "lost_messages",
