@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from django.core import checks
 from django.db.models import Q
 
 from ..conf import settings
@@ -86,3 +88,68 @@ def forget(alias: str, dead: DeadWorker) -> bool:
         return False
     rows = WorkerHeartbeat.objects.using(alias)
     return bool(rows.filter(worker=dead.worker, beat_at=dead.beat_at).delete()[0])
+
+
+# -- the system checks (celery_idem.checks) ----------------------------------------------
+
+#: Seconds within which the default settings hand a dead worker's claims back.
+PROMISE = 60
+
+
+def recovery_interval(beat_schedule: Any) -> float | None:
+    """Seconds between the recovery passes ``beat_schedule`` runs (the shortest, if it
+    has several), or None: not scheduled there, or not at a fixed interval (crontab)."""
+    from ..beat import TASK_NAME
+
+    intervals = []
+    for entry in (beat_schedule or {}).values():
+        if not isinstance(entry, dict) or entry.get("task") != TASK_NAME:
+            continue
+        every = getattr(entry.get("schedule"), "run_every", entry.get("schedule"))
+        if isinstance(every, timedelta):
+            intervals.append(every.total_seconds())
+        elif isinstance(every, int | float) and not isinstance(every, bool):
+            intervals.append(float(every))
+    return min(intervals, default=None)
+
+
+def check(conf: Any) -> list[checks.CheckMessage]:
+    """E040: a timeout too short for the heartbeat; W040: recovery passes too far apart
+    to watch a worker for the timeout; W041: a dead worker's claims may wait longer than
+    ``PROMISE`` seconds (the timeout plus the interval between passes)."""
+    try:
+        heartbeat, timeout = float(settings.WORKER_HEARTBEAT), float(settings.WORKER_TIMEOUT)
+    except (TypeError, ValueError):
+        return []  # off (None), or not a number: the settings' own checks say so
+    if timeout <= 2 * heartbeat:
+        return [checks.Error(
+            f"CELERY_IDEM_WORKER_TIMEOUT ({timeout:g}s) is not more than twice "
+            f"CELERY_IDEM_WORKER_HEARTBEAT ({heartbeat:g}s): one late beat would make a "
+            "live worker look dead",
+            hint="Keep the timeout at several heartbeats (the defaults: 5 and 30 seconds).",
+            id="celery_idem.E040",
+        )]
+    interval = recovery_interval(conf.beat_schedule)
+    if interval is None:
+        return []
+    if interval >= timeout - heartbeat:
+        return [checks.Warning(
+            f"the recovery pass runs every {interval:g}s, which is not less than "
+            f"CELERY_IDEM_WORKER_TIMEOUT less one heartbeat ({timeout - heartbeat:g}s): "
+            "recovery never watches the workers long enough to presume one dead, and a dead "
+            "worker's claims wait for their lease",
+            hint="Run it more often (recovery_schedule(interval=15)), or raise "
+                 "CELERY_IDEM_WORKER_TIMEOUT.",
+            id="celery_idem.W040",
+        )]
+    if timeout + interval > PROMISE:
+        return [checks.Warning(
+            f"a dead worker's claims may wait {timeout + interval:g}s: "
+            f"CELERY_IDEM_WORKER_TIMEOUT ({timeout:g}s) plus the interval between recovery "
+            f"passes ({interval:g}s), more than {PROMISE}s",
+            hint="Run the recovery pass more often (recovery_schedule(interval=15)) or "
+                 "lower CELERY_IDEM_WORKER_TIMEOUT; if the wait is what you want, silence "
+                 "this with SILENCED_SYSTEM_CHECKS = ['celery_idem.W041'].",
+            id="celery_idem.W041",
+        )]
+    return []
