@@ -11,11 +11,12 @@ hour for a task without a time limit. So:
   makes, in a child or in the MainProcess, names it (``<name>/<pid>``,
   ``claims.worker_id``). A restarted worker, even with the same host name and pids (a
   container), is a new name, so the old run's claims do not look alive.
-- A thread of the MainProcess (a greenlet under gevent) writes the row of that name every
-  ``CELERY_IDEM_WORKER_HEARTBEAT`` seconds: one UPDATE per worker and interval, on the
-  thread's own connection (Django's, per thread), never on a task's path and with nothing
-  left on the session (it works behind a transaction pooler). A thread, not the worker's
-  event loop: the solo pool runs bodies in that loop, and a long body is not a dead worker.
+- From ``worker_ready`` on (after the pool's first forks), a thread of the MainProcess (a
+  greenlet under gevent) writes the row of that name every ``CELERY_IDEM_WORKER_HEARTBEAT``
+  seconds: one UPDATE per worker and interval, on the thread's own connection (Django's,
+  per thread), never on a task's path and with nothing left on the session (it works
+  behind a transaction pooler). A thread, not the worker's event loop: the solo pool runs
+  bodies in that loop, and a long body is not a dead worker.
   A prefork child in a long body is alive while its MainProcess is; if the child itself
   dies its MainProcess reports it at once, and a child stuck forever is ended by its
   lease (or its time limit).
@@ -105,14 +106,21 @@ class Heartbeat(threading.Thread):
 
 
 def on_worker_init(sender: Any = None, **_: Any) -> None:
-    """``worker_init`` receiver (the MainProcess, before its pool starts): name this run
-    and start beating, unless CELERY_IDEM_WORKER_HEARTBEAT is None."""
-    global _run, _heartbeat
-    interval = settings.WORKER_HEARTBEAT
-    if interval is None or _heartbeat is not None:
+    """``worker_init`` receiver (the MainProcess, before its pool forks): name this run,
+    unless CELERY_IDEM_WORKER_HEARTBEAT is None."""
+    global _run
+    if settings.WORKER_HEARTBEAT is not None and _run is None:
+        _run = secrets.token_hex(6)
+
+
+def on_worker_ready(sender: Any = None, **_: Any) -> None:
+    """``worker_ready`` receiver (the MainProcess, its pool started): start beating. After
+    the pool's first forks, so they copy no thread in the middle of a beat."""
+    global _heartbeat
+    if _run is None or _heartbeat is not None:
         return
     hostname = getattr(sender, "hostname", None) or "local"
-    _run = secrets.token_hex(6)
-    _heartbeat = Heartbeat(worker_name(hostname), hostname, settings.DATABASE, float(interval))
+    _heartbeat = Heartbeat(worker_name(hostname), hostname, settings.DATABASE,
+                           float(settings.WORKER_HEARTBEAT))
     _heartbeat.start()
     atexit.register(_heartbeat.stopped.set)

@@ -257,7 +257,8 @@ def reap(*, now: datetime | None = None, using: str | None = None,
         _sweep(run, Sweep(stale, ("lease_expires_at", "id")), limit, run.stale_claim)
         # The claims of workers that stopped beating, whatever their lease.
         # (Those past their lease too went with the stale claims.)
-        for dead in liveness.dead_workers(run.backend.alias, run.now):
+        watching = getattr(run.backend, "watches_workers", True)
+        for dead in liveness.dead_workers(run.backend.alias, run.now) if watching else ():
             held = run.known_tasks(dead.claims() & ~stale_q(run.now))
             _sweep(run, Sweep(held, ("lease_expires_at", "id")), limit,
                    partial(run.hand_back, lost=dead.why(float(settings.WORKER_TIMEOUT))))
