@@ -126,7 +126,7 @@ def check(conf: Any) -> list[checks.CheckMessage]:
             f"CELERY_IDEM_WORKER_TIMEOUT ({timeout:g}s) is not more than twice "
             f"CELERY_IDEM_WORKER_HEARTBEAT ({heartbeat:g}s): one late beat would make a "
             "live worker look dead",
-            hint="Keep the timeout at several heartbeats (the defaults: 5 and 30 seconds).",
+            hint="Keep the timeout at several heartbeats (the defaults: 5 and 40 seconds).",
             id="celery_idem.E040",
         )]
     interval = recovery_interval(conf.beat_schedule)
@@ -138,7 +138,7 @@ def check(conf: Any) -> list[checks.CheckMessage]:
             f"CELERY_IDEM_WORKER_TIMEOUT less one heartbeat ({timeout - heartbeat:g}s): "
             "recovery never watches the workers long enough to presume one dead, and a dead "
             "worker's claims wait for their lease",
-            hint="Run it more often (recovery_schedule(interval=15)), or raise "
+            hint="Run it more often (recovery_schedule(interval=10)), or raise "
                  "CELERY_IDEM_WORKER_TIMEOUT.",
             id="celery_idem.W040",
         )]
@@ -147,7 +147,7 @@ def check(conf: Any) -> list[checks.CheckMessage]:
             f"a dead worker's claims may wait {timeout + interval:g}s: "
             f"CELERY_IDEM_WORKER_TIMEOUT ({timeout:g}s) plus the interval between recovery "
             f"passes ({interval:g}s), more than {PROMISE}s",
-            hint="Run the recovery pass more often (recovery_schedule(interval=15)) or "
+            hint="Run the recovery pass more often (recovery_schedule(interval=10)) or "
                  "lower CELERY_IDEM_WORKER_TIMEOUT; if the wait is what you want, silence "
                  "this with SILENCED_SYSTEM_CHECKS = ['celery_idem.W041'].",
             id="celery_idem.W041",

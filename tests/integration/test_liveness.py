@@ -11,19 +11,23 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from celery_idem.conf import settings as idem_settings
 from celery_idem.models import Job, Transition, WorkerHeartbeat
 from celery_idem.recovery import sweep as reaper
 from celery_idem.recovery.liveness import OBSERVER
 from django_app.effects.models import Effect
 from django_app.effects.tasks import wait_for_file, wait_per_attempt
 
+from .conftest import FULL_MATRIX
 from .jobs import TIMEOUT, job
-from .workers import Worker, purge_queue, wait_until
+from .workers import ROOT, Worker, purge_queue, wait_until, worker_env
 
 #: Seconds between beats, and of silence before recovery presumes a worker dead.
 HEARTBEAT = 0.5
@@ -148,3 +152,56 @@ def test_a_live_worker_in_a_long_body_keeps_its_claim(flags, pool):
         (flags / "long").touch()
         wait_until(lambda: job("wait/long").state == "SUCCEEDED", TIMEOUT, what="success")
     w.assert_no_persistence_errors()
+
+
+def watching_for_a_timeout() -> bool:
+    """Whether recovery's watch began a whole CELERY_IDEM_WORKER_TIMEOUT ago."""
+    since = WorkerHeartbeat.objects.filter(worker=OBSERVER).values_list(
+        "started_at", flat=True).first()
+    return since is not None and since <= timezone.now() - timedelta(
+        seconds=idem_settings.WORKER_TIMEOUT)
+
+
+@pytest.mark.skipif(not FULL_MATRIX, reason="a minute of real time with the default "
+                                            "settings: with --full (IDEM_FULL_MATRIX=1)")
+def test_with_the_defaults_and_beat_a_killed_worker_s_claim_comes_back_by_liveness(
+        broker_service, transactional_db, tmp_path):
+    """The defaults end to end: heartbeats every 5 s, a 30 s timeout, ``celery beat``
+    sending the pass every 15 s to a second worker. The whole worker holding the claim is
+    SIGKILLed; the pass hands the claim back by liveness and the other worker runs
+    attempt 2. Prints the time from the kill to the hand-back and to the success."""
+    purge_queue()
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "django_app", "beat", "-l", "INFO",
+         "-s", str(tmp_path / "schedule")],
+        env=worker_env(DJANGO_SETTINGS_MODULE="tests.integration.beat_liveness_settings"),
+        cwd=ROOT, stdout=(tmp_path / "beat.log").open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    workers = [Worker().start(), Worker().start()]
+    try:
+        wait_for_file.delay("defaults", str(tmp_path))
+        wait_until(lambda: Effect.objects.filter(key="wait/defaults").exists(), TIMEOUT,
+                   what="the body to start")
+        claimed = job("wait/defaults")
+        assert beating(claimed)
+        # As in production, recovery has been watching for a whole timeout already (a
+        # watch that starts later adds its wait: docs/operations.md).
+        wait_until(watching_for_a_timeout, TIMEOUT, interval=1, what="recovery's watch")
+        holder = next(w for w in workers if claimed.worker.startswith(f"{w.name}@"))
+        holder.kill()
+        killed = timezone.now()
+        (tmp_path / "defaults").touch()
+        wait_until(lambda: job("wait/defaults").state == "SUCCEEDED", TIMEOUT,
+                   what="attempt 2 to succeed")
+    finally:
+        beat.terminate()
+        beat.wait(timeout=30)
+        for w in workers:
+            w.stop()
+    released = Transition.objects.get(job__key="wait/defaults", event="released")
+    assert released.reason.startswith("worker stopped beating"), released.reason
+    done = job("wait/defaults")
+    assert done.attempt == 2 and released.at < claimed.lease_expires_at
+    print(f"\ndefaults (heartbeat 5s, timeout 40s, a pass every 10s): SIGKILL -> released "
+          f"in {(released.at - killed).total_seconds():.1f}s, attempt 2 succeeded in "
+          f"{(done.finished_at - killed).total_seconds():.1f}s")

@@ -138,10 +138,10 @@ class TestLiveness:
         """Recovery would never watch for a whole timeout: only the lease releases."""
         from celery_idem.beat import recovery_schedule
 
-        celery_app.conf.beat_schedule = {"mine": {**recovery_schedule(25)[
+        celery_app.conf.beat_schedule = {"mine": {**recovery_schedule(35)[
             "celery-idem-recovery"]}}
         messages = checks.check_celery_settings()
-        assert ids(messages) == ["celery_idem.W040"] and "every 25s" in messages[0].msg
+        assert ids(messages) == ["celery_idem.W040"] and "every 35s" in messages[0].msg
 
     def test_a_wait_over_60_s_is_w041_naming_it(self, celery_app):
         from celery.schedules import schedule
