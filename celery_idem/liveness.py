@@ -16,10 +16,9 @@ hour for a task without a time limit. So:
   seconds: one UPDATE per worker and interval, on the thread's own connection (Django's,
   per thread), never on a task's path and with nothing left on the session (it works
   behind a transaction pooler). A thread, not the worker's event loop: the solo pool runs
-  bodies in that loop, and a long body is not a dead worker.
-  A prefork child in a long body is alive while its MainProcess is; if the child itself
-  dies its MainProcess reports it at once, and a child stuck forever is ended by its
-  lease (or its time limit).
+  bodies in that loop, and a long body is not a dead worker. A prefork child in a long
+  body is alive while its MainProcess is; if the child itself dies its MainProcess
+  reports it at once, and a child stuck forever is ended by its lease (or time limit).
 - A beat that fails (the database down) is logged and tried again next interval; a
   missed beat is not death: recovery, which needs the same database, presumes a worker
   dead only after watching it stay silent for the whole timeout
@@ -74,7 +73,13 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.is_set():
-            self.beat()
+            try:
+                self.beat()
+            # Whatever fails, the thread goes on: a worker that stops beating loses its
+            # claims while it still runs them.
+            except Exception:
+                logger.exception("worker %s: heartbeat failed", self.worker,
+                                 extra={"action": "heartbeat_failed"})
             self.stopped.wait(self.interval)
 
     def beat(self) -> bool:

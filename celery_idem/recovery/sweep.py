@@ -15,8 +15,8 @@ Nothing is ever lost and nothing stays stuck, whatever crashes (docs/operations.
    A job whose message expired unclaimed (its ``expires`` passed) ends EXPIRED and is
    never sent again.
 2. **Stale claims.** A RUNNING job past its lease, or held by a worker that stopped
-   beating (``recovery.liveness``), lost its worker. It goes back to
-   PENDING and is sent again; or to FAILED ("dead-lettered") once its attempts reach the
+   beating (``recovery.liveness``), lost its worker. It goes back to PENDING and is sent
+   again; or to FAILED ("dead-lettered") once its attempts reach the
    task's ``max_attempts``; or to UNCERTAIN when the task declared
    ``on_stale_claim="uncertain"`` (its effect must not be repeated blindly), for an
    operator to decide.
@@ -52,7 +52,7 @@ from ..envelope import Undecodable
 from ..errors import Expired, Undeliverable
 from ..models import Job
 from ..persistence import persistence
-from ..states import State, stale_q
+from ..states import State, live_q, stale_q
 from . import liveness
 from .due import Sweep, expired, lost_messages, redispatch_wait
 from .handback import HandBack, plan, registered_task, resendable
@@ -259,7 +259,7 @@ def reap(*, now: datetime | None = None, using: str | None = None,
         # (Those past their lease too went with the stale claims.)
         watching = getattr(run.backend, "watches_workers", True)
         for dead in liveness.dead_workers(run.backend.alias, run.now) if watching else ():
-            held = run.known_tasks(dead.claims() & ~stale_q(run.now))
+            held = run.known_tasks(dead.claims() & live_q(run.now))
             _sweep(run, Sweep(held, ("lease_expires_at", "id")), limit,
                    partial(run.hand_back, lost=dead.why(float(settings.WORKER_TIMEOUT))))
             liveness.forget(run.backend.alias, dead)

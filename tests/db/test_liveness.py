@@ -123,7 +123,7 @@ def test_a_task_that_must_not_re_run_blindly_ends_uncertain(backend, sent):
     assert Job.objects.get(key="mail/1").state == State.UNCERTAIN and sent == []
 
 
-def test_the_heartbeat_writes_one_row_per_worker_and_comes_back_after_a_delete(backend):
+def test_the_heartbeat_writes_one_row_per_worker_and_comes_back_after_a_delete():
     """Each beat moves the row's beat_at; a row deleted meanwhile (recovery forgot a
     frozen worker) is written again by its next beat."""
     beat(DEAD, T0)
@@ -142,3 +142,24 @@ def test_a_claim_names_the_run_of_its_worker(monkeypatch):
     assert claims.worker_id("celery@h", 7) == "celery@h/7"
     monkeypatch.setattr(liveness, "_run", "0123456789ab")
     assert claims.worker_id("celery@h", 7) == "celery@h#0123456789ab/7"
+
+
+def test_a_failed_beat_is_logged_once_and_the_next_one_writes(monkeypatch, caplog):
+    """The database down: each beat fails, one warning for the outage; back up, the next
+    beat writes the row and says so."""
+    from django.db import OperationalError
+    from django.db.models import QuerySet
+
+    heartbeat = liveness.Heartbeat(DEAD, "celery@gone", "default", 5)
+    real_update = QuerySet.update
+
+    def down(self, **values):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(QuerySet, "update", down)
+    with caplog.at_level("WARNING", logger="celery_idem.liveness"):
+        assert not heartbeat.beat() and not heartbeat.beat()
+        monkeypatch.setattr(QuerySet, "update", real_update)
+        assert heartbeat.beat()
+    assert [r.action for r in caplog.records] == ["heartbeat_failed", "heartbeat_resumed"]
+    assert WorkerHeartbeat.objects.filter(worker=DEAD).exists()
