@@ -139,6 +139,7 @@ def test_the_heartbeat_writes_one_row_per_worker_and_comes_back_after_a_delete()
 def test_a_claim_names_the_run_of_its_worker(monkeypatch):
     """In a worker that beats, a claim's worker is ``<host>#<run>/<pid>``: a restarted
     worker with the same host name and pids is another worker."""
+    monkeypatch.setattr(liveness, "_run", None)  # not a worker
     assert claims.worker_id("celery@h", 7) == "celery@h/7"
     monkeypatch.setattr(liveness, "_run", "0123456789ab")
     assert claims.worker_id("celery@h", 7) == "celery@h#0123456789ab/7"
