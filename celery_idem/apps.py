@@ -19,6 +19,8 @@ class CeleryIdemConfig(AppConfig):
         from .by_name import install, on_before_task_publish
         from .connection import on_shutdown, on_task_postrun
         from .leader import release_held
+        from .liveness import on_worker_init as name_run
+        from .liveness import on_worker_ready as start_heartbeat
         from .metrics import checks as metrics_checks  # noqa: F401
         from .metrics import install as install_metrics
         from .pools import note_pool
@@ -40,6 +42,10 @@ class CeleryIdemConfig(AppConfig):
              "pool"),  # whether the pool enforces hard time limits (the lease)
             (signals.worker_init, on_worker_init,
              "worker_connections"),  # CELERY_IDEM_WORKER_CONNECTIONS, after the fixup's
+            (signals.worker_init, name_run,
+             "liveness.run"),  # the name its claims carry (before its pool forks)
+            (signals.worker_ready, start_heartbeat,
+             "liveness.heartbeat"),  # the worker proves it is alive from now on
             (signals.task_postrun, on_task_postrun,
              "connection.release"),  # the task's bookkeeping connection goes back
             (signals.worker_process_shutdown, on_shutdown, "connection.child_close"),

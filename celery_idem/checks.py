@@ -23,6 +23,7 @@ from django.db import connections
 from . import durability
 from .conf import settings
 from .errors import ConfigurationError
+from .recovery import liveness
 
 TAG = "celery_idem"
 #: A busy timeout, in seconds, under which SQLite's "database is locked" is likely.
@@ -65,7 +66,8 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
 @checks.register(TAG)
 def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W001/W002: acknowledgement settings; W006/E004: the filesystem broker; E005: an
-    event-loop pool the database driver cannot wait in; E007/W008: the durability."""
+    event-loop pool the database driver cannot wait in; E007/W008: the durability;
+    E040/W040/W041: worker liveness and the recovery schedule."""
     conf = _celery_app().conf
     messages: list[checks.CheckMessage] = []
     if not conf.task_acks_late:
@@ -85,6 +87,7 @@ def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks
     messages.extend(_check_filesystem_broker(conf))
     messages.extend(_check_pool(str(conf.worker_pool or "")))
     messages.extend(durability.check(conf))
+    messages.extend(liveness.check(conf))
     return messages
 
 

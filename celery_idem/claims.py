@@ -23,6 +23,7 @@ from django.utils import timezone
 from . import states
 from .backends import Backend, Change, Claimant, ClaimOutcome, Intent, JobRow, get_backend
 from .errors import ClaimLost
+from .liveness import worker_name
 from .metrics.tracing import span
 from .persistence import persistence, retrying
 from .states import State
@@ -36,8 +37,9 @@ CLAIM_BACKOFF = (0.1, 0.3, 1.0, 2.0)
 COMMIT_BACKOFF = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 
 def worker_id(hostname: str | None, pid: int) -> str:
-    """How a claim names the pool process that holds it."""
-    return f"{hostname or 'local'}/{pid}"
+    """How a claim names the pool process that holds it: ``<worker>/<pid>``, the worker
+    being the host name and, in a worker that beats, its run (``liveness.worker_name``)."""
+    return f"{worker_name(hostname)}/{pid}"
 
 
 def describe_error(exc: BaseException) -> dict[str, Any]:

@@ -21,6 +21,12 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_LEASE": 3600,
     # Seconds added to a task's hard time limit to form its lease.
     "LEASE_GRACE": 60,
+    # Seconds between two heartbeats of a worker (its MainProcess writes one row per beat,
+    # off the tasks' path); None: no heartbeat, a dead worker's claims wait for their lease.
+    "WORKER_HEARTBEAT": 5,
+    # Seconds without a heartbeat after which recovery presumes the worker dead and hands
+    # its claims back (with the recovery pass every 10 s, within 50 s of its death).
+    "WORKER_TIMEOUT": 40,
     # Attempts (claims) per key before the reaper dead-letters it; None for no limit.
     "MAX_ATTEMPTS": 5,
     # Store the arguments in the job row; off keeps only their fingerprint (PII).

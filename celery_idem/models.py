@@ -1,6 +1,7 @@
 """The job row per (namespace, key), its append-only transition history, and checkpoints.
 
-The lease behind leader-owned coordinators lives in ``lease_model`` and is exported here.
+The lease behind leader-owned coordinators lives in ``lease_model``, a worker's heartbeat
+(worker liveness) in ``heartbeat_model``; both are exported here.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .heartbeat_model import WorkerHeartbeat
 from .keys import KEY_MAX_LENGTH
 from .lease_model import Lease
 from .managers import JobQuerySet
@@ -211,4 +213,4 @@ class Checkpoint(models.Model):
         return f"{self.step} (attempt {self.attempt})"
 
 
-__all__ = ["Checkpoint", "Job", "Lease", "Transition"]
+__all__ = ["Checkpoint", "Job", "Lease", "Transition", "WorkerHeartbeat"]

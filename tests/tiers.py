@@ -113,15 +113,16 @@ TIERS = [
                                  ("newest", "Python 3.13, Django 6.1, Celery 5.7", 14)]),
     Tier("pgbouncer+redis", "PostgreSQL behind a PgBouncer of its own in transaction "
          "pooling mode (tests/services/pgbouncer.py; Debian's pgbouncer) + Redis: the worker "
-         "tests of duplicates, replays, atomic mode, the outbox, batches, recovery and crashes on "
-         "prefork and gevent, the recovery pass's database tests, the chaos suite small behind "
-         "a PgBouncer and a PostgreSQL of its own, both restarted (more with --full)",
+         "tests of duplicates, replays, atomic mode, the outbox, batches, recovery, crashes and "
+         "worker liveness on prefork and gevent, the recovery pass's database tests, the chaos "
+         "suite small behind a PgBouncer and a PostgreSQL of its own, both restarted (more "
+         "with --full)",
          tuple([f"tests/integration/test_{name}.py" for name in (
              "pooler", "duplicates", "outbox", "batching", "recovery", "handback", "steps",
-             "worker_connections")] + [f"tests/db/test_{name}.py" for name in (
+             "worker_connections", "liveness")] + [f"tests/db/test_{name}.py" for name in (
                  "reaper_stale_claims", "reaper_lost_messages", "reaper_passes",
-                 "reaper_beat", "reaper_hooks", "envelope_recovery", "handback_paths")]
-               + ["tests/chaos/test_chaos.py"]),
+                 "reaper_beat", "reaper_hooks", "envelope_recovery", "handback_paths",
+                 "liveness")] + ["tests/chaos/test_chaos.py"]),
          {**POSTGRES, "IDEM_BROKER": f"{REDIS}/8", "IDEM_RESULTS": f"{REDIS}/9"},
          ("postgres", "redis"), server="pgbouncer", beside=True, extras=("beat",),
          full_paths=tuple(f"tests/integration/test_{name}.py" for name in (

@@ -104,6 +104,10 @@ class MemoryJob:
 class InMemoryBackend(Backend):
     """The job store in this process's memory (see the module docstring)."""
 
+    #: No worker writes its heartbeat here: recovery's liveness pass (which reads the
+    #: workers' rows in the database) does not run against it; leases still expire.
+    watches_workers = False
+
     def __init__(self, alias: str = "default") -> None:
         super().__init__(alias)
         self.jobs: dict[int, MemoryJob] = {}

@@ -1,5 +1,5 @@
 # The schema of the first release: the job table, its history and checkpoints, the
-# leases, and PostgreSQL's stored routines. tests/db/test_schema.py checks what it makes on
+# leases, the workers' heartbeats, and PostgreSQL's stored routines. tests/db/test_schema.py checks what it makes on
 # each database against tests/db/schema/<vendor>.json.
 #
 # What differs per database is in celery_idem/schema.py: on PostgreSQL the job table's
@@ -257,6 +257,24 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'lease',
                 'verbose_name_plural': 'leases',
+            },
+        ),
+        # Worker liveness: one row per running worker, when it last proved it is alive
+        # (celery_idem/liveness.py), written once per worker every
+        # CELERY_IDEM_WORKER_HEARTBEAT seconds, never by a task.
+        migrations.CreateModel(
+            name='WorkerHeartbeat',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('worker', models.CharField(max_length=255, unique=True, verbose_name='worker')),
+                ('hostname', models.CharField(max_length=255, verbose_name='host name')),
+                ('pid', models.PositiveIntegerField(default=0, verbose_name='process id')),
+                ('started_at', models.DateTimeField(default=django.utils.timezone.now, verbose_name='started at')),
+                ('beat_at', models.DateTimeField(default=django.utils.timezone.now, verbose_name='last beat at')),
+            ],
+            options={
+                'verbose_name': 'worker heartbeat',
+                'verbose_name_plural': 'worker heartbeats',
             },
         ),
         migrations.AddIndex(

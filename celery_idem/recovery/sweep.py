@@ -14,8 +14,9 @@ Nothing is ever lost and nothing stays stuck, whatever crashes (docs/how-to/reco
    stored message cannot be decoded, the job ends FAILED as undeliverable.
    A job whose message expired unclaimed (its ``expires`` passed) ends EXPIRED and is
    never sent again.
-2. **Stale claims.** A RUNNING job past its lease lost its worker. It goes back to
-   PENDING and is sent again; or to FAILED ("dead-lettered") once its attempts reach the
+2. **Stale claims.** A RUNNING job past its lease, or held by a worker that stopped
+   beating (``recovery.liveness``), lost its worker. It goes back to PENDING and is sent
+   again; or to FAILED ("dead-lettered") once its attempts reach the
    task's ``max_attempts``; or to UNCERTAIN when the task declared
    ``on_stale_claim="uncertain"`` (its effect must not be repeated blindly), for an
    operator to decide.
@@ -38,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db.models import Q
@@ -50,7 +52,8 @@ from ..envelope import Undecodable
 from ..errors import Expired, Undeliverable
 from ..models import Job
 from ..persistence import persistence
-from ..states import State, stale_q
+from ..states import State, live_q, stale_q
+from . import liveness
 from .due import Sweep, expired, lost_messages, redispatch_wait
 from .handback import HandBack, plan, registered_task, resendable
 from .resend import redispatch, task_id_for
@@ -185,13 +188,17 @@ class Pass:
         return stale & ~Q(task_name__in=sorted(unknown)) if unknown else stale
 
     def stale_claim(self, job: Job, batch: Batch) -> None:
+        """Hand back the claim of a worker presumed dead by its lease."""
+        self.hand_back(job, batch, f"stale claim: attempt {job.attempt} by "
+                                   f"{job.worker or 'unknown worker'}, lease expired at "
+                                   f"{job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}")
+
+    def hand_back(self, job: Job, batch: Batch, lost: str) -> None:
         """Hand back the claim of a worker that is presumed dead (``recovery.handback``)."""
         if not self.knows(job.task_name):
             # Leave it to a process that knows the task, or an operator.
             self._skip(job, UNKNOWN_TASK)
             return
-        lost = (f"stale claim: attempt {job.attempt} by {job.worker or 'unknown worker'}, "
-                f"lease expired at {job.lease_expires_at:%Y-%m-%d %H:%M:%S%z}")
         batch.moves.append((job, plan(self.backend, job, self.task(job.task_name), lost,
                                       resend=True)))
 
@@ -248,6 +255,14 @@ def reap(*, now: datetime | None = None, using: str | None = None,
             _sweep(run, lost, limit, run.lost_message)
         stale = run.known_tasks(stale_q(run.now))
         _sweep(run, Sweep(stale, ("lease_expires_at", "id")), limit, run.stale_claim)
+        # The claims of workers that stopped beating, whatever their lease.
+        # (Those past their lease too went with the stale claims.)
+        watching = getattr(run.backend, "watches_workers", True)
+        for dead in liveness.dead_workers(run.backend.alias, run.now) if watching else ():
+            held = run.known_tasks(dead.claims() & live_q(run.now))
+            _sweep(run, Sweep(held, ("lease_expires_at", "id")), limit,
+                   partial(run.hand_back, lost=dead.why(float(settings.WORKER_TIMEOUT))))
+            liveness.forget(run.backend.alias, dead)
     run.log_skipped()
     report = run.report
     level = logging.WARNING if any(report.total(a) for a in (

@@ -139,6 +139,16 @@ def wait_for_file_atomic(self, name, folder):
     return name
 
 
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="attempt/{name}")
+def wait_per_attempt(self, name, folder):
+    """Records its effect, then blocks until ``folder/<name>-<attempt>`` exists, so a test
+    lets each attempt finish in its turn (a zombie's after its successor's); returns which
+    attempt ran."""
+    _effect(self, name=name)
+    _hold(folder, f"{name}-{self.attempt}")
+    return {"name": name, "attempt": self.attempt}
+
+
 def _hold(folder: str, name: str) -> None:
     """Touch ``folder/name.started`` (with this pid), then block until ``folder/name``
     exists: a crash test kills the process in between."""

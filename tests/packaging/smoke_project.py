@@ -92,7 +92,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
-CELERY_BEAT_SCHEDULE = {**recovery_schedule(interval=60)}
+CELERY_BEAT_SCHEDULE = {**recovery_schedule()}
 # Not the README's: a lease of seconds (the time limit plus this grace), so the test's
 # recovery after a killed worker comes in seconds, not minutes.
 CELERY_IDEM_LEASE_GRACE = 1

@@ -118,6 +118,48 @@ class TestCelerySettings:
         assert checks.check_celery_settings() == []
 
 
+class TestLiveness:
+    """The worker timeout against the heartbeat, and the recovery schedule against both:
+    a dead worker's claims back within 60 s, or a check that says why not."""
+
+    def test_the_default_schedule_and_settings_pass(self, celery_app):
+        from celery_idem.beat import recovery_schedule
+
+        celery_app.conf.beat_schedule = recovery_schedule()
+        assert checks.check_celery_settings() == []
+
+    @override_settings(CELERY_IDEM_WORKER_HEARTBEAT=10, CELERY_IDEM_WORKER_TIMEOUT=20)
+    def test_a_timeout_of_two_heartbeats_is_e040(self, celery_app):
+        messages = checks.check_celery_settings()
+        assert ids(messages) == ["celery_idem.E040"]
+        assert "CELERY_IDEM_WORKER_TIMEOUT (20s)" in messages[0].msg
+
+    def test_passes_as_far_apart_as_the_timeout_are_w040(self, celery_app):
+        """Recovery would never watch for a whole timeout: only the lease releases."""
+        from celery_idem.beat import recovery_schedule
+
+        celery_app.conf.beat_schedule = {"mine": {**recovery_schedule(35)[
+            "celery-idem-recovery"]}}
+        messages = checks.check_celery_settings()
+        assert ids(messages) == ["celery_idem.W040"] and "every 35s" in messages[0].msg
+
+    def test_a_wait_over_60_s_is_w041_naming_it(self, celery_app):
+        from celery.schedules import schedule
+
+        from celery_idem.beat import TASK_NAME
+
+        celery_app.conf.beat_schedule = {"r": {"task": TASK_NAME, "schedule": schedule(20)}}
+        with override_settings(CELERY_IDEM_WORKER_TIMEOUT=45):
+            messages = checks.check_celery_settings()
+        assert ids(messages) == ["celery_idem.W041"] and "65s" in messages[0].msg
+
+    @override_settings(CELERY_IDEM_WORKER_HEARTBEAT=None)
+    def test_without_a_heartbeat_nothing_is_checked(self, celery_app):
+        celery_app.conf.beat_schedule = {"r": {"task": "celery_idem.release_stale_claims",
+                                               "schedule": 3600.0}}
+        assert checks.check_celery_settings() == []
+
+
 class TestPool:
     def test_gevent_with_sqlite_and_eventlet_are_e005(self, celery_app, settings):
         """Seen only when the pool is in the settings (celery worker -P is not)."""
