@@ -23,7 +23,7 @@ ENTRY_NAME = "celery-idem-recovery"
 #: Every 10 s: with CELERY_IDEM_WORKER_TIMEOUT's 40 s, a dead worker's claims are handed
 #: back within 50 s of its last beat, and two lost passes in a row do not restart
 #: recovery's watch (celery_idem.recovery.liveness). A pass with nothing to do reads a few
-#: index ranges (18 ms at 10M jobs, docs/operations.md).
+#: index ranges (18 ms at 10M jobs, docs/how-to/large-tables.md).
 DEFAULT_INTERVAL = 10
 #: The retention task's registered name (celery_idem.tasks.PURGE_FINISHED_JOBS).
 PURGE_TASK_NAME = "celery_idem.purge_finished_jobs"

@@ -1,5 +1,5 @@
 """Worker liveness: each worker proves it is alive every few seconds, so recovery hands
-back the claims of a worker that stopped (docs/operations.md, "A worker that stops").
+back the claims of a worker that stopped (docs/how-to/recovery.md, "A worker that stops: liveness").
 
 A pool child that dies is reported by its MainProcess (``recovery.worker``); nothing
 reports the whole worker dying (SIGKILL, an OOM kill of the container, a lost machine) or

@@ -153,7 +153,7 @@ CHECKS = [
                          "--pythonpath=example_project", "--settings=shop.settings"]),
     # The documentation site (mkdocs.yml, the `docs` extra: pure Python) built with
     # warnings as errors: a broken link, anchor or API reference fails it.
-    ("docs", ["-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir",
+    ("docs", ["-m", "mkdocs", "build", "--strict", "--site-dir",
               "{workdir}/site"]),
 ]
 CHECKS_TIER = "checks"

@@ -3,8 +3,8 @@
 - ``postgres``: the shared PostgreSQL, directly (``IDEM_PG_PORT``, default 5432);
 - ``pgbouncer``: the same server behind a PgBouncer of the run's own in transaction
   pooling mode (tests/services/pgbouncer.py, started here and stopped at the end), the
-  producer and every worker connected through it, as docs/operations.md "Behind
-  PgBouncer" sets a project up (``DISABLE_SERVER_SIDE_CURSORS``, no prepared statements:
+  producer and every worker connected through it, as docs/how-to/pgbouncer.md ("Run behind
+  PgBouncer") sets a project up (``DISABLE_SERVER_SIDE_CURSORS``, no prepared statements:
   the library's default). Its pool is PgBouncer's default size (20), larger than the
   run's clients: what is measured is the pooler in the path, not clients queueing;
 - ``mysql``: MariaDB (or MySQL) through Django's mysql backend and the library's

@@ -18,7 +18,7 @@ It is the project's app (``django_app.celery``) plus, from the environment:
     closes a connection that saw errors and is unusable or was left in a transaction), plus an
     unconditional close when the task did not end in SUCCESS (a time limit or any
     exception may have interrupted the driver mid-protocol: celery#9824). This is the
-    prototype of the worker setting proposed in docs/benchmarks.md.
+    prototype of the worker setting proposed in docs/decisions/2026-11-22-keep-worker-connections-opt-in.md.
 """
 
 from __future__ import annotations

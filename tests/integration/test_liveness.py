@@ -185,7 +185,7 @@ def test_with_the_defaults_and_beat_a_killed_worker_s_claim_comes_back_by_livene
         claimed = job("wait/defaults")
         assert beating(claimed)
         # As in production, recovery has been watching for a whole timeout already (a
-        # watch that starts later adds its wait: docs/operations.md).
+        # watch that starts later adds its wait: docs/how-to/recovery.md).
         wait_until(watching_for_a_timeout, TIMEOUT, interval=1, what="recovery's watch")
         holder = next(w for w in workers if claimed.worker.startswith(f"{w.name}@"))
         holder.kill()
