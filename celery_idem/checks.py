@@ -1,5 +1,5 @@
-"""System checks (``manage.py check``): what would make the worker refuse to start, or
-lose the guarantee, found before it runs. Every id, its meaning and its fix are in
+"""System checks (``manage.py check``): what would refuse a task, or lose the guarantee,
+found before the worker runs. Every id, its meaning and its fix are in
 ``check_ids`` (docs/reference/checks.md is generated from it); the settings' own checks
 are in ``checks_settings``.
 
@@ -41,6 +41,8 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
     from .task import IdempotentTask
 
     tasks, errors = _load_tasks(_celery_app())
+    errors += [(t.name, t._declaration_error) for t in tasks
+               if getattr(t, "_declaration_error", None) is not None]
     messages: list[checks.CheckMessage] = [
         CHECKS["E001"](
             str(exc) if name in str(exc) else f"idempotent task {name}: {exc}",
