@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import states
 from ..models import Checkpoint, Job, Transition
 from ..states import Guard, Move
-from .values import DUPLICATE, JSON_COLUMNS, ROW_COLUMNS
+from .values import DUPLICATE, JSON_COLUMNS, ORDERED_JSON_COLUMNS, ROW_COLUMNS
 
 #: What ``move_result_final`` raises when its move matched nothing.
 DIVISION_BY_ZERO = "22012"
@@ -56,9 +56,14 @@ def _guard(guard: Guard) -> str:
 
 
 def _sets(columns: tuple[str, ...], source: str = "%(v_{c})s") -> str:
-    return "".join(f", {c} = {source.format(c=c)}" + ("::jsonb" if c in JSON_COLUMNS
-                                                        and "%" in source else "")
+    return "".join(f", {c} = {source.format(c=c)}" + (_json_cast(c) if "%" in source else "")
                    for c in columns)
+
+
+def _json_cast(column: str) -> str:
+    if column not in JSON_COLUMNS:
+        return ""
+    return "::json" if column in ORDERED_JSON_COLUMNS else "::jsonb"
 
 
 #: The history values of a line a worker writes (no actor).

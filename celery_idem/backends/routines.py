@@ -62,16 +62,20 @@ _FIELD_TYPES = {"BigAutoField": "bigint", "PositiveIntegerField": "integer",
 
 
 def _column_type(column: str) -> str:
+    from ..fields import OrderedJSONField
     from ..models import Job  # imported on use: ``python -m`` runs this before django.setup
 
-    return _FIELD_TYPES[Job._meta.get_field(column).get_internal_type()]
+    field = Job._meta.get_field(column)
+    if isinstance(field, OrderedJSONField):
+        return "json"
+    return _FIELD_TYPES[field.get_internal_type()]
 
 
 def _param_type(name: str) -> str:
     column = name.removeprefix("v_")
     if name != column:  # a value the move sets: JSON arrives as text, cast in the body
         found = _column_type(column)
-        return "text" if found == "jsonb" else found
+        return "text" if found in ("json", "jsonb") else found
     return _PARAM_TYPES.get(name, "text")
 
 
