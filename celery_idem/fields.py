@@ -4,8 +4,8 @@ PostgreSQL's ``jsonb`` reorders an object's keys (shortest first, then by bytes)
 result stored there and replayed to a duplicate's caller would not be the JSON the first
 caller got. This field is PostgreSQL's ``json`` type there, which keeps the text as
 written; elsewhere it is Django's JSONField as is (MariaDB and SQLite keep the text too).
-The library's own statements write it as ``json`` text (``backends.queries``); through the
-ORM a value goes as ``json`` too, never through ``jsonb``.
+The library's own statements write it as ``json`` and read it as text (``backends.queries``);
+the ORM does the same, never through ``jsonb``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ class OrderedJSONField(models.JSONField):
             return Json(adapted.obj, adapted.dumps)
         return adapted
 
-    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
-        # psycopg parses a json column itself (Django registers a text loader for jsonb
-        # only): the value is already Python, in the stored order.
-        if value is not None and not isinstance(value, str | bytes):
-            return value
-        return super().from_db_value(value, expression, connection)
+    def select_format(self, compiler: Any, sql: str, params: Any) -> Any:
+        # Selected as its text: psycopg would parse a json column itself (Django gives it
+        # jsonb as text only), and a JSON string stored there ('"12"') would come back
+        # as the text 12 that the field's own parse then reads as a number.
+        sql, params = super().select_format(compiler, sql, params)
+        if compiler.connection.vendor == "postgresql":
+            return f"({sql})::text", params
+        return sql, params

@@ -67,7 +67,7 @@ def _column_type(column: str) -> str:
 
     field = Job._meta.get_field(column)
     if isinstance(field, OrderedJSONField):
-        return "json"
+        return "text"  # read as the text it keeps (``{row}`` casts it), written as text
     return _FIELD_TYPES[field.get_internal_type()]
 
 
@@ -75,7 +75,7 @@ def _param_type(name: str) -> str:
     column = name.removeprefix("v_")
     if name != column:  # a value the move sets: JSON arrives as text, cast in the body
         found = _column_type(column)
-        return "text" if found in ("json", "jsonb") else found
+        return "text" if found == "jsonb" else found
     return _PARAM_TYPES.get(name, "text")
 
 

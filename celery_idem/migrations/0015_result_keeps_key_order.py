@@ -9,9 +9,9 @@ from django.db import migrations
 import celery_idem.fields
 
 ROUTINES = {
-    'celery_idem_insert_7abc3232c5': (
-        'CREATE OR REPLACE FUNCTION celery_idem_insert_7abc3232c5(p_unflushed boolean, p_namespace text, p_key text, p_task_name text, p_args text, p_kwargs text, p_fingerprint text, p_options text, p_to_state text, p_attempt bigint, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_started_at timestamptz, p_parent bigint, p_message text, p_not_before timestamptz, p_expires_at timestamptz, p_sent_at timestamptz)\n'
-        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result json, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
+    'celery_idem_insert_6b855d612f': (
+        'CREATE OR REPLACE FUNCTION celery_idem_insert_6b855d612f(p_unflushed boolean, p_namespace text, p_key text, p_task_name text, p_args text, p_kwargs text, p_fingerprint text, p_options text, p_to_state text, p_attempt bigint, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_started_at timestamptz, p_parent bigint, p_message text, p_not_before timestamptz, p_expires_at timestamptz, p_sent_at timestamptz)\n'
+        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result text, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
         'IF p_unflushed THEN\n'
@@ -28,18 +28,18 @@ ROUTINES = {
         '            p_task_id, p_lease, 0, p_now, p_started_at, p_now, p_parent,\n'
         '            p_message::jsonb, p_not_before, p_expires_at, p_sent_at)\n'
         '    ON CONFLICT (namespace, key) DO NOTHING\n'
-        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs\n'
+        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs\n'
         ')\n'
-        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs FROM ins\n'
+        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM ins\n'
         'UNION ALL\n'
-        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs FROM celery_idem_job\n'
+        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM celery_idem_job\n'
         'WHERE namespace = p_namespace AND key = p_key AND NOT EXISTS (SELECT 1 FROM ins);\n'
         'END\n'
         '$body$'
     ),
-    'celery_idem_claim_a58a7a70df': (
-        'CREATE OR REPLACE FUNCTION celery_idem_claim_a58a7a70df(p_unflushed boolean, p_namespace text, p_key text, p_to_state text, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_from_state text, p_fingerprint text)\n'
-        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result json, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
+    'celery_idem_claim_508745a473': (
+        'CREATE OR REPLACE FUNCTION celery_idem_claim_508745a473(p_unflushed boolean, p_namespace text, p_key text, p_to_state text, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_from_state text, p_fingerprint text)\n'
+        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result text, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
         'IF p_unflushed THEN\n'
@@ -54,11 +54,11 @@ ROUTINES = {
         '        task_id = p_task_id, lease_expires_at = p_lease, not_before = NULL,\n'
         '        started_at = p_now, updated_at = p_now\n'
         "    WHERE id = (SELECT id FROM target) AND state || '' = p_from_state AND fingerprint = p_fingerprint AND (not_before IS NULL OR not_before <= p_now OR task_id = p_task_id)\n"
-        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs\n'
+        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs\n'
         ')\n'
-        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs FROM claimed\n'
+        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM claimed\n'
         'UNION ALL\n'
-        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs FROM celery_idem_job\n'
+        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM celery_idem_job\n'
         'WHERE id = (SELECT id FROM target) AND NOT EXISTS (SELECT 1 FROM claimed);\n'
         'END\n'
         '$body$'

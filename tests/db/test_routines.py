@@ -21,7 +21,19 @@ from tests.db.test_round_trips import atomic_echo, echo, statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-migration = importlib.import_module("celery_idem.migrations.0014_stored_routines")
+
+def _installing_migration():
+    """The last migration that installs routines: the one that installs today's."""
+    import pkgutil
+
+    from celery_idem import migrations
+
+    names = sorted(m.name for m in pkgutil.iter_modules(migrations.__path__))
+    modules = [importlib.import_module(f"celery_idem.migrations.{name}") for name in names]
+    return [m for m in modules if hasattr(m, "ROUTINES")][-1]
+
+
+migration = _installing_migration()
 
 
 @pytest.fixture(autouse=True)
@@ -118,7 +130,7 @@ def test_an_atomic_commit_that_loses_its_fence_rolls_the_body_back(way):
 
 
 def test_without_the_migration_the_statements_run_themselves():
-    """Migration 0014 reversed: no routine is left, the backend sends the statements,
+    """The routines' migration reversed: no routine is left, the backend sends the statements,
     and a task runs as before; applied again, the routines are called."""
     with connection.schema_editor() as editor:
         migration.uninstall(apps, editor)
