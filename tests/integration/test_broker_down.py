@@ -105,6 +105,21 @@ def test_a_publish_the_broker_missed_returns_and_runs_once(durability, own_broke
     assert Effect.objects.filter(key="ship/3601").count() == 1
 
 
+def test_a_send_task_the_broker_missed_returns_and_runs_once(own_broker):
+    """app.send_task(name) of a task known here (its intent written by the publish hook),
+    broker stopped: the call returns, the row says never sent, recovery sends it under
+    the caller's task id, it runs once."""
+    own_broker.stop()
+    result = app.send_task(ship_order.name, args=[3631])
+    job = Job.objects.get(key="ship/3631")
+    assert (job.sent_at, job.task_id) == (None, result.id)
+    own_broker.start()
+    with Worker(concurrency=1, env=broker_env(own_broker)):
+        assert after_never_sent_timeout().total("redispatched") == 1
+        assert result.get(timeout=TIMEOUT) == {"shipped": 3631, "attempt": 1}
+    assert Effect.objects.filter(key="ship/3631").count() == 1
+
+
 def test_a_batch_the_broker_missed_returns_and_each_job_runs_once(own_broker):
     """A batch published while the broker is down: the block returns, every row says
     never sent, recovery sends each, each runs once."""
