@@ -34,7 +34,6 @@ from .errors import ConfigurationError
 
 DATABASE = "database"
 BROKER = "broker"
-MODES = (DATABASE, BROKER)
 #: kombu transports (URL schemes) that speak AMQP to RabbitMQ: publisher confirms exist.
 AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp", "librabbitmq"})
 

@@ -23,8 +23,8 @@ from ..keys import KEY_HEADER
 def task_id_for(job: Any) -> str:
     """The task id a re-send of ``job`` goes under: its message's own id when the envelope
     is kept or the message was never sent (results, chord counters and the caller's
-    AsyncResult all wait on that id), else a new one. An expired message's id is revoked in the workers that dropped it,
-    so an expired job goes under a new id."""
+    AsyncResult all wait on that id), else a new one. An expired message's id is revoked
+    in the workers that dropped it, so an expired job goes under a new id."""
     message = getattr(job, "message", None) or {}
     if getattr(job, "state", None) == "EXPIRED":
         return uuid()
