@@ -8,7 +8,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from .batching import batch, publish_many
-from .declaration import task
+from .decorator import task
 from .errors import (
     ArgumentsNotJSON,
     ClaimError,

@@ -14,10 +14,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
-from . import states
+from . import states, unsent
 from .backends import Change, get_backend
 from .conf import settings
 from .models import Job
@@ -110,10 +111,13 @@ def _send_after_commit(result: ActionResult, *, fresh: bool = True) -> None:
     def send() -> None:
         try:
             result.task_id = redispatch(job, task_id=job.task_id, fresh=fresh)
-        # Any broker or routing error: the job stays PENDING, and the reaper sends PENDING
-        # jobs again after CELERY_IDEM_DISPATCH_TIMEOUT, so report it and go on.
+        # Any broker or routing error: the job stays PENDING, its row says never sent
+        # (celery_idem.unsent), and recovery sends it; report it and go on.
         except Exception as exc:
             result.dispatch_error = str(exc) or type(exc).__name__
+            unsent.record(_alias(job), [unsent.change(
+                job.pk, job.attempt, job.dispatch_count, exc, unsent.unreachable(exc, current_app),
+                job.task_name)])
             logger.warning("job %s was reset but could not be sent: %s", job.pk, exc,
                            extra={"action": "operator_dispatch_failed", "job_id": job.pk})
         else:

@@ -15,7 +15,7 @@ class CeleryIdemConfig(AppConfig):
     def ready(self) -> None:
         from celery import current_app, signals
 
-        from . import checks, checks_mysql  # noqa: F401 - importing registers the checks
+        from . import checks, checks_mysql, checks_settings  # noqa: F401 - registers checks
         from .by_name import install, on_before_task_publish
         from .connection import on_shutdown, on_task_postrun
         from .leader import release_held

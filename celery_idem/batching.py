@@ -41,7 +41,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import replays
+from . import replays, unsent
 from .backends import Change, get_backend
 from .conf import settings
 from .persistence import persistence
@@ -87,7 +87,7 @@ class Batch:
         outcomes = write_intents([(replace(p.intent, sent=not outbox), p.task_id)
                                   for p in publishes])
         accepted: list[tuple[_Publish, int | None]] = []
-        refused = []
+        refused: list[Exception] = []
         for p, outcome in zip(publishes, outcomes, strict=True):
             row = outcome.row
             if not outcome.won and row is not None and row.fingerprint != p.intent.fingerprint:
@@ -97,7 +97,12 @@ class Batch:
         if outbox:
             transaction.on_commit(lambda: _send_committed(accepted), using=settings.DATABASE)
         else:
-            _send(p for p, _ in accepted)
+            # A message that did not leave is accepted or refused as a single publish's
+            # (unsent.after_publish_error); the refused raise with the mismatches.
+            for p, job_id, exc in _send(accepted):
+                if not unsent.after_publish_error(settings.DATABASE, job_id, exc, p.task.app,
+                                                  p.task.name):
+                    refused.append(exc)
         for error in refused[1:]:
             logger.error("batch publish refused: %s", error,
                          extra={"action": "publish_refused"})
@@ -136,29 +141,51 @@ def publish_many(signatures: Any) -> Any:
         return signatures.apply_async()
 
 
-def _send(publishes: Iterable[_Publish]) -> None:
-    """Publish each message, on one producer (connection) per app."""
-    by_app: dict[int, list[_Publish]] = {}
-    for p in publishes:
-        by_app.setdefault(id(p.task.app), []).append(p)
+def _send(accepted: list[tuple[_Publish, int | None]],
+          ) -> list[tuple[_Publish, int | None, Exception]]:
+    """Publish each message, on one producer (connection) per app; those that did not
+    leave, with their error. Once the broker cannot be reached, the rest of its app's
+    messages are not tried (each try would wait for Celery's publish retries)."""
+    by_app: dict[int, list[tuple[_Publish, int | None]]] = {}
+    for p, job_id in accepted:
+        by_app.setdefault(id(p.task.app), []).append((p, job_id))
+    failed: list[tuple[_Publish, int | None, Exception]] = []
     for group in by_app.values():
-        with group[0].task.app.producer_or_acquire() as producer:
-            for p in group:
-                producer.publish(p.body, **p.kwargs)
+        down: Exception | None = None
+        try:
+            with group[0][0].task.app.producer_or_acquire() as producer:
+                for p, job_id in group:
+                    if down is not None:
+                        failed.append((p, job_id, down))
+                        continue
+                    try:
+                        producer.publish(p.body, **p.kwargs)
+                    except Exception as exc:
+                        failed.append((p, job_id, exc))
+                        down = exc if unsent.unreachable(exc, p.task.app) else None
+        except Exception as exc:  # no producer at all: none of them left
+            tried = {id(p) for p, _, _ in failed}
+            failed += [(p, job_id, exc) for p, job_id in group if id(p) not in tried]
+    return failed
 
 
 def _send_committed(accepted: list[tuple[_Publish, int | None]]) -> None:
-    """The outbox's second half for a batch, after the commit: the messages, then their
-    ``sent`` moves in one statement. Never raises into the committing caller: recovery
-    sends what did not leave after ``CELERY_IDEM_NEVER_SENT_TIMEOUT``."""
+    """The outbox's second half for a batch, after the commit: the messages, then the
+    ``sent`` moves of those that left in one statement. Never raises into the committing
+    caller: recovery sends what did not leave after ``CELERY_IDEM_NEVER_SENT_TIMEOUT``."""
     try:
-        _send(p for p, _ in accepted)
+        failed = _send(accepted)
         now = timezone.now()
+        unsent_ids = {job_id for _, job_id, _ in failed}
         changes = [Change(job_id, "sent", State.PENDING, attempt=0, values={"sent_at": now})
-                   for _, job_id in accepted if job_id is not None]
+                   for _, job_id in accepted if job_id is not None and job_id not in unsent_ids]
         if changes:
             with persistence():
                 get_backend(settings.DATABASE).apply_batch(changes, now)
+        if failed:
+            logger.error("%d message(s) of a batch not sent after the commit: %s; recovery "
+                         "sends them", len(failed), failed[0][2],
+                         extra={"action": "outbox_send_failed"})
     except Exception as exc:
         logger.error("messages of a batch not all sent after the commit: %s; recovery sends "
                      "them", exc, extra={"action": "outbox_send_failed"})

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from contextvars import ContextVar
 from typing import Any
 
 from celery import current_app
 
-from . import errors
+from . import errors, unsent
 from .children import BASE_HEADER, CHORD_UNLOCK, header, publishing_task
+from .conf import settings
 from .durability import writes_intent
 from .errors import IdempotencyError
 from .keys import carry_key, missing_key
@@ -36,6 +38,7 @@ from .producer import (
     UNWRITTEN_HEADER,
     build_intent,
     derived_key,
+    inserted_id,
     write_intent,
 )
 
@@ -43,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 #: Header the publish hook sets when it could not accept a send_task message.
 ERROR_HEADER = "celery_idem_error"
+#: Set by ``checked_send_task`` while it sends: the intents its publish hook wrote (job id
+#: if inserted, task id), for the rule of a send that fails after its intent.
+_WRITTEN: ContextVar[list[tuple[int | None, str]] | None] = ContextVar(
+    "celery_idem_send_task_written", default=None)
 
 
 def install(app: Any) -> None:
@@ -66,7 +73,19 @@ def checked_send_task(app: Any, send_task: Any, name: str, args: Any = None,
     if (spec is not None and spec.per_call and KEY_HEADER not in headers
             and publishing_task() is None):
         raise missing_key(name)
-    return send_task(name, args, kwargs, *more, **options)
+    written: list[tuple[int | None, str]] = []
+    token = _WRITTEN.set(written)
+    try:
+        return send_task(name, args, kwargs, *more, **options)
+    except Exception as exc:
+        # The publish hook wrote an intent, then the message did not leave: the rule of
+        # every publish (unsent.after_publish_error), accepted or raised, never both.
+        job_id, task_id = written[-1] if written else (None, "")
+        if not unsent.after_publish_error(settings.DATABASE, job_id, exc, app, name):
+            raise
+        return app.AsyncResult(task_id)
+    finally:
+        _WRITTEN.reset(token)
 
 
 def on_before_task_publish(sender: str | None = None, headers: dict[str, Any] | None = None,
@@ -95,7 +114,10 @@ def on_before_task_publish(sender: str | None = None, headers: dict[str, Any] | 
             key = derived_key(spec, task.name, args, kwargs, options, headers)
         job = build_intent(spec, task.namespace, task.name, args, kwargs, key)
         if writes_intent():
-            write_intent(job, headers.get("id", ""))
+            outcome = write_intent(job, headers.get("id", ""))
+            sending = _WRITTEN.get()
+            if sending is not None:
+                sending.append((inserted_id(outcome), headers.get("id", "")))
         else:  # broker durability: the worker's claim inserts the row
             headers[UNWRITTEN_HEADER] = True
     except (IdempotencyError, TypeError) as exc:

@@ -1,5 +1,7 @@
-"""System checks (``manage.py check``): what would make the worker refuse to start, or
-lose the guarantee, found before it runs. Each id and its fix is in docs/reference/checks.md.
+"""System checks (``manage.py check``): what would refuse a task, or lose the guarantee,
+found before the worker runs. Every id, its meaning and its fix are in
+``check_ids`` (docs/reference/checks.md is generated from it); the settings' own checks
+are in ``checks_settings``.
 
 Imported from ``CeleryIdemConfig.ready()``, which registers them. The Celery app they
 read is ``celery.current_app``: the project's own once the project imports it, as
@@ -21,6 +23,7 @@ from django.core import checks
 from django.db import connections
 
 from . import durability
+from .check_ids import CHECKS
 from .conf import settings
 from .errors import ConfigurationError
 from .recovery import liveness
@@ -39,27 +42,26 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
     from .idempotent_task import IdempotentTask
 
     tasks, errors = _load_tasks(_celery_app())
+    errors += [(t.name, t._declaration_error) for t in tasks
+               if getattr(t, "_declaration_error", None) is not None]
     messages: list[checks.CheckMessage] = [
-        checks.Error(
+        CHECKS["E001"](
             str(exc) if name in str(exc) else f"idempotent task {name}: {exc}",
             hint="Fix the task's declaration (idempotency_key, on_in_progress, "
-                 "on_stale_claim, max_attempts): the worker refuses to start until then.",
-            id="celery_idem.E001",
-        )
+                 "on_stale_claim, max_attempts): until then the task is refused by name "
+                 "(its publishes raise, its messages fail without running).")
         for name, exc in errors
     ]
     atomic = sorted(t.name for t in tasks if isinstance(t, IdempotentTask) and t.atomic)
-    if atomic and settings.DATABASE != "default":
-        messages.append(checks.Error(
+    if atomic and _job_database() not in (None, "default"):
+        messages.append(CHECKS["E003"](
             f"atomic=True tasks ({', '.join(atomic)}) keep their job rows on "
-            f"CELERY_IDEM_DATABASE={settings.DATABASE!r}, not 'default'",
+            f"CELERY_IDEM_DATABASE={_job_database()!r}, not 'default'",
             hint="atomic=True commits the job row and the body's writes in one transaction "
                  "only if the body writes to the job database; writes to another database "
                  "are kept when the body fails. Use the body's database for "
                  "CELERY_IDEM_DATABASE, or, if your DATABASE_ROUTERS send the body's models "
-                 "to it, silence this with SILENCED_SYSTEM_CHECKS = ['celery_idem.E003'].",
-            id="celery_idem.E003",
-        ))
+                 "to it, silence this with SILENCED_SYSTEM_CHECKS = ['celery_idem.E003']."))
     return messages
 
 
@@ -71,19 +73,15 @@ def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks
     conf = _celery_app().conf
     messages: list[checks.CheckMessage] = []
     if not conf.task_acks_late:
-        messages.append(checks.Warning(
+        messages.append(CHECKS["W001"](
             "task_acks_late is off: a worker that dies mid-task has already acknowledged "
             "its message, so only the recovery pass (after the lease) runs the job again",
-            hint="Set CELERY_TASK_ACKS_LATE = True.",
-            id="celery_idem.W001",
-        ))
+            hint="Set CELERY_TASK_ACKS_LATE = True."))
     if not conf.task_reject_on_worker_lost:
-        messages.append(checks.Warning(
+        messages.append(CHECKS["W002"](
             "task_reject_on_worker_lost is off: the message of a task whose pool child "
             "was killed is not requeued; the job waits for the recovery pass",
-            hint="Set CELERY_TASK_REJECT_ON_WORKER_LOST = True (with acks_late).",
-            id="celery_idem.W002",
-        ))
+            hint="Set CELERY_TASK_REJECT_ON_WORKER_LOST = True (with acks_late)."))
     messages.extend(_check_filesystem_broker(conf))
     messages.extend(_check_pool(str(conf.worker_pool or "")))
     messages.extend(durability.check(conf))
@@ -96,35 +94,31 @@ def _check_pool(pool: str) -> list[checks.CheckMessage]:
     pool = pool.rsplit(":", 1)[-1].rsplit(".", 1)[-1].lower()
     if pool not in ("gevent", "eventlet"):
         return []
-    alias = settings.DATABASE
+    alias = _job_database()
+    if alias is None:
+        return []
     engine = django_settings.DATABASES.get(alias, {}).get("ENGINE", "")
     # mysqlclient (MySQLdb) waits in C like sqlite3; PyMySQL standing in for it does not.
     c_mysql = "mysql" in engine and connections[alias].Database.__name__ == "MySQLdb"
     if pool == "eventlet" or "sqlite3" in engine or c_mysql:
-        return [checks.Error(
+        return [CHECKS["E005"](
             f"worker_pool is {pool!r} with the job database on "
             f"{engine.rsplit('.', 1)[-1] or alias}{' (mysqlclient)' if c_mysql else ''}: a "
             "task waiting for a database lock blocks the event loop while the task holding "
             "the lock cannot finish",
             hint="Use gevent with PostgreSQL or with MySQL/MariaDB on PyMySQL, or prefork, "
-                 "solo or threads (docs/how-to/worker-pools.md).",
-            id="celery_idem.E005",
-        )]
+                 "solo or threads (docs/how-to/worker-pools.md).")]
     return []
 
 
 @checks.register(TAG, checks.Tags.database)
 def check_job_database(app_configs: Any = None, databases: Iterable[str] | None = None,
                        **kwargs: Any) -> list[checks.CheckMessage]:
-    """E002: the job database alias exists; W003-W005: SQLite's options for workers."""
-    alias = settings.DATABASE
-    if alias not in django_settings.DATABASES:
-        return [checks.Error(
-            f"CELERY_IDEM_DATABASE is {alias!r}, which is not in DATABASES "
-            f"({', '.join(django_settings.DATABASES) or 'none'})",
-            hint="Set CELERY_IDEM_DATABASE to one of the aliases in DATABASES.",
-            id="celery_idem.E002",
-        )]
+    """W003-W005: SQLite's options for workers. (An alias not in DATABASES is E002,
+    ``checks_settings``'.)"""
+    alias = _job_database()
+    if alias is None:
+        return []
     config = django_settings.DATABASES[alias]
     if "sqlite3" not in config.get("ENGINE", ""):
         return []
@@ -134,55 +128,63 @@ def check_job_database(app_configs: Any = None, databases: Iterable[str] | None 
 @checks.register(TAG)
 def check_prepared_statements(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W007: prepared statements asked for where the job database's OPTIONS forbid them."""
-    alias = settings.DATABASE
+    alias = _job_database()
+    if alias is None:
+        return []
     return _check_prepared(alias, django_settings.DATABASES.get(alias, {}))
+
+
+def setting(name: str) -> Any:
+    """Setting ``name``, or None when it is not valid (``checks_settings`` reports it):
+    one bad setting is one error, not a crash of every check that reads it."""
+    try:
+        return getattr(settings, name)
+    except ConfigurationError:
+        return None
+
+
+def _job_database() -> str | None:
+    alias = setting("DATABASE")
+    return None if alias is None else str(alias)
 
 
 def _check_prepared(alias: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
     options = config.get("OPTIONS", {})
-    if not (settings.PREPARED_STATEMENTS and "postgresql" in config.get("ENGINE", "")
+    if not (setting("PREPARED_STATEMENTS") and "postgresql" in config.get("ENGINE", "")
             and "prepare_threshold" in options and options["prepare_threshold"] is None):
         return []
-    return [checks.Warning(
+    return [CHECKS["W007"](
         "CELERY_IDEM_PREPARED_STATEMENTS is on, but DATABASES"
         f"[{alias!r}]['OPTIONS']['prepare_threshold'] is None, which prepares "
         "nothing on that database: the setting has no effect",
         hint="Behind a transaction pooler without prepared-statement support (PgBouncer "
              "before 1.21, or without max_prepared_statements) set "
              "CELERY_IDEM_PREPARED_STATEMENTS = False; otherwise remove prepare_threshold "
-             "from OPTIONS (docs/how-to/pgbouncer.md).",
-        id="celery_idem.W007",
-    )]
+             "from OPTIONS (docs/how-to/pgbouncer.md).")]
 
 
 def _check_sqlite(alias: str, options: dict[str, Any]) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
     timeout = options.get("timeout")
     if timeout is None or float(timeout) < SQLITE_MIN_TIMEOUT:
-        messages.append(checks.Warning(
+        messages.append(CHECKS["W003"](
             f"SQLite database {alias!r} waits {timeout or 5} s for a lock: a long atomic "
             "task makes the other workers' bookkeeping fail with 'database is locked'",
             hint=f"Set DATABASES[{alias!r}]['OPTIONS']['timeout'] to {SQLITE_MIN_TIMEOUT} "
-                 "or more (seconds).",
-            id="celery_idem.W003",
-        ))
+                 "or more (seconds)."))
     if not _WAL.search(options.get("init_command", "")):
-        messages.append(checks.Warning(
+        messages.append(CHECKS["W004"](
             f"SQLite database {alias!r} is not in WAL mode: every write blocks every "
             "reader, so workers and the web process wait on each other",
             hint=f"Set DATABASES[{alias!r}]['OPTIONS']['init_command'] to "
-                 "'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'.",
-            id="celery_idem.W004",
-        ))
+                 "'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'."))
     if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
-        messages.append(checks.Warning(
+        messages.append(CHECKS["W005"](
             f"SQLite database {alias!r} starts transactions DEFERRED: an atomic task "
             "that reads, then writes, fails with 'database is locked' at once instead "
             "of waiting for the busy timeout",
             hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] to "
-                 "'IMMEDIATE'.",
-            id="celery_idem.W005",
-        ))
+                 "'IMMEDIATE'."))
     return messages
 
 
@@ -193,24 +195,20 @@ def _check_filesystem_broker(conf: Any) -> list[checks.CheckMessage]:
     if (conf.broker_transport or "") == "celery_idem.filesystem:Transport":
         return []  # it creates its folders and publishes atomically
     options = conf.broker_transport_options or {}
-    messages: list[checks.CheckMessage] = [checks.Warning(
+    messages: list[checks.CheckMessage] = [CHECKS["W006"](
         "the broker is kombu's filesystem transport, which loses a message now and then "
         "(a consumer can take a file before it is written)",
         hint="Set CELERY_BROKER_TRANSPORT = 'celery_idem.filesystem:Transport' "
-             "(it writes each message atomically and creates its folders).",
-        id="celery_idem.W006",
-    )]
+             "(it writes each message atomically and creates its folders).")]
     folders = {name: options.get(name, default) for name, default in (
         ("data_folder_in", "data_in"), ("data_folder_out", "data_out"),
         ("processed_folder", "processed"), ("control_folder", "control"))}
     missing = [f"{name}={path!r}" for name, path in folders.items() if not os.path.isdir(path)]
     if missing:
-        messages.append(checks.Error(
+        messages.append(CHECKS["E004"](
             f"the filesystem broker's folders do not exist: {', '.join(missing)}",
             hint="Create them, or use CELERY_BROKER_TRANSPORT = "
-                 "'celery_idem.filesystem:Transport', which creates them.",
-            id="celery_idem.E004",
-        ))
+                 "'celery_idem.filesystem:Transport', which creates them."))
     return messages
 
 

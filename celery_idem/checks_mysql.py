@@ -17,6 +17,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
 
+from .check_ids import CHECKS
 from .checks import TAG
 from .conf import settings
 
@@ -45,26 +46,22 @@ def option_messages(alias: str, options: dict[str, Any]) -> list[checks.CheckMes
     messages: list[checks.CheckMessage] = []
     flag = options.get("client_flag")
     if flag is not None and not int(flag) & FOUND_ROWS:
-        messages.append(checks.Error(
+        messages.append(CHECKS["E010"](
             f"DATABASES[{alias!r}]['OPTIONS']['client_flag'] replaces Django's "
             "CLIENT.FOUND_ROWS: an UPDATE then counts only the rows it changed, so a "
             "fenced write that changes nothing (a checkpoint's owner check) reads as a "
             "lost claim",
             hint="Include it: 'client_flag': CLIENT.FOUND_ROWS | <your flags> "
-                 "(from MySQLdb.constants import CLIENT).",
-            id="celery_idem.E010",
-        ))
+                 "(from MySQLdb.constants import CLIENT)."))
     level = str(options.get("isolation_level") or "read committed").lower()
     if level == "repeatable read":
-        messages.append(checks.Warning(
+        messages.append(CHECKS["W010"](
             f"DATABASES[{alias!r}] runs at REPEATABLE READ: a claim that loses inside a "
             "transaction that already read (an atomic body's caller, eager apply() in "
             "atomic()) reads the row as the transaction's first read saw it, not the "
             "winner's outcome, and decides on that",
             hint=f"Set DATABASES[{alias!r}]['OPTIONS']['isolation_level'] = "
-                 "'read committed' (Django's default for MySQL).",
-            id="celery_idem.W010",
-        ))
+                 "'read committed' (Django's default for MySQL)."))
     return messages
 
 
@@ -86,14 +83,12 @@ def check_mysql_engine(app_configs: Any = None, databases: Iterable[str] | None 
                        if str(engine).lower() != "innodb")
     if not wrong:
         return []
-    return [checks.Error(
+    return [CHECKS["E011"](
         f"celery_idem's tables on {alias!r} are not InnoDB: {', '.join(wrong)}. Without "
         "transactions and row locks an atomic body's writes are kept when its claim is "
         "lost, and concurrent claims and recovery passes are not isolated",
         hint="ALTER TABLE <table> ENGINE=InnoDB for each; make InnoDB the server's "
-             "default_storage_engine.",
-        id="celery_idem.E011",
-    )]
+             "default_storage_engine.")]
 
 
 def _tables() -> list[str]:

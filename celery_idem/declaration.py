@@ -1,83 +1,57 @@
-"""``celery_idem.task``: the short declaration of an idempotent task."""
+"""A task's declaration, checked when its class is created: its ``idempotency_*`` options,
+its policies and its key (``keys.KeySpec``).
+
+A misdeclared task is still created, with its error kept: raised at class creation it
+would stop the Celery app's finalize, and with it every task of the process (every
+``delay()`` would raise, and the worker would refuse to start). Kept, it refuses that task
+alone, by name: ``IdempotentTask.key_spec`` raises it, so its publishes raise and its
+messages fail on the worker without running; check ``celery_idem.E001`` reports it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, overload
-
-from celery import shared_task
+import difflib
+import inspect
+from typing import Any
 
 from .errors import ConfigurationError
-from .idempotent_task import IdempotentTask
-from .keys import KeySpec, body_signature
+from .keys import KeySpec
 
-Decorator = Callable[[Callable[..., Any]], Any]
-
-
-@overload
-def task(fn: None = None, /, *, key: Any = None, app: Any = None,
-         **options: Any) -> Decorator: ...
-
-
-@overload
-def task(fn: Callable[..., Any], /, *, key: Any = None, app: Any = None,
-         **options: Any) -> Any: ...
+IN_PROGRESS_POLICIES = ("retry", "ignore", "raise")
+STALE_CLAIM_POLICIES = ("redispatch", "uncertain")
+#: The task options celery-idem reads; other ``idempotency_*`` names are typos.
+OPTIONS = frozenset({
+    "idempotency_key", "idempotency_namespace", "atomic", "on_in_progress",
+    "on_stale_claim", "max_attempts", "lease", "atomic_database",
+})
 
 
-def task(fn: Callable[..., Any] | None = None, /, *, key: Any = None, app: Any = None,
-         **options: Any) -> Any:
-    """Declare a Celery task whose effect happens once per idempotency key.
+def declare(cls: Any, name: str, source: Any,
+            signature: inspect.Signature) -> tuple[KeySpec | None, ConfigurationError | None]:
+    """The key declaration of task class ``cls`` called ``name``, or the error that
+    refuses it (naming the task and the fix)."""
+    try:
+        check_options(cls)
+        return KeySpec(name, source, signature), None
+    except ConfigurationError as exc:
+        said = str(exc) if name in str(exc) else f"task {name}: {exc}"
+        return None, ConfigurationError(
+            f"{said} (the task is refused until its declaration is fixed; manage.py check "
+            "reports it as celery_idem.E001)")
 
-    The short form of Celery's own declaration for the common case::
 
-        import celery_idem
-
-        @celery_idem.task(key="ship/{order_id}")
-        def ship_order(order_id):
-            ...
-
-    is ``@shared_task(base=IdempotentTask, idempotency_key="ship/{order_id}")``, and
-    every other option goes to Celery as given. As in Celery, ``bind`` defaults to
-    ``False``: pass ``bind=True`` for a body that takes the task as ``self`` (to use
-    ``self.external_key()``, ``self.step()``, ``self.attempt`` or ``self.heartbeat()``).
-
-    The key declaration is checked against the function's parameters here, when the
-    task is declared: a key naming no parameter, or no key at all (``@celery_idem.task``
-    without parentheses), raises :class:`~celery_idem.errors.ConfigurationError`.
-
-    :param key: where the key comes from, as ``idempotency_key`` takes it: a template
-        over the task's parameters (``"ship/{order_id}"``), a callable taking the task's
-        arguments, :data:`celery_idem.ALL_ARGUMENTS` or :data:`celery_idem.PER_CALL`.
-    :param app: declare the task on this Celery app only (``app.task``); by default it
-        is a shared task, registered on every app.
-    :param options: Celery's task options (``bind``, ``name``, ``queue``,
-        ``max_retries``, ...) and IdempotentTask's (``atomic``, ``atomic_database``,
-        ``on_in_progress``, ``on_stale_claim``, ``max_attempts``, ``lease``,
-        ``idempotency_namespace``). ``base`` may name a subclass of IdempotentTask.
-    :returns: the task, or, called without ``fn``, a decorator that makes it.
-    :raises ConfigurationError: no key, a key that does not fit the function, the key
-        given twice, or a ``base`` that is not an IdempotentTask.
-    """
-    if fn is not None and not callable(fn):
+def check_options(cls: Any) -> None:
+    """ConfigurationError for an unknown ``idempotency_*`` option or a bad policy."""
+    for attr in vars(cls):
+        if attr.startswith("idempotency_") and attr not in OPTIONS:
+            hint = difflib.get_close_matches(attr, OPTIONS, n=1)
+            raise ConfigurationError(
+                f"unknown task option {attr!r}" + (f": did you mean {hint[0]!r}?" if hint else ""))
+    if cls.on_in_progress not in IN_PROGRESS_POLICIES:
         raise ConfigurationError(
-            f"celery_idem.task takes the key by name: @celery_idem.task(key={fn!r})")
-    if "idempotency_key" in options:
+            f"on_in_progress must be one of {IN_PROGRESS_POLICIES}, not {cls.on_in_progress!r}")
+    if cls.on_stale_claim not in STALE_CLAIM_POLICIES:
         raise ConfigurationError(
-            "celery_idem.task takes the key as key=, not idempotency_key=")
-    base = options.pop("base", IdempotentTask)
-    if not (isinstance(base, type) and issubclass(base, IdempotentTask)):
-        raise ConfigurationError(
-            f"celery_idem.task declares an IdempotentTask: base= must be a subclass of "
-            f"it, not {base!r}")
-    declare = (shared_task if app is None else app.task)(
-        base=base, idempotency_key=key, **options)
-
-    def decorator(body: Callable[..., Any]) -> Any:
-        # The check the task class makes when Celery creates it, made now: a shared
-        # task's class is only made when an app finalizes, long after the import.
-        name = options.get("name") or f"{body.__module__}.{body.__name__}"
-        run = body if options.get("bind") else staticmethod(body)
-        KeySpec(name, key, body_signature(run))
-        return declare(body)
-
-    return decorator if fn is None else decorator(fn)
+            f"on_stale_claim must be one of {STALE_CLAIM_POLICIES}, not {cls.on_stale_claim!r}")
+    if cls.max_attempts is not None and cls.max_attempts < 1:
+        raise ConfigurationError("max_attempts must be at least 1")

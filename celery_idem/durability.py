@@ -18,7 +18,7 @@ broker (no intent; the worker's claim inserts the row).
   the send loses it. The guarantee table in README.md and docs/explanation/reliability.md says so.
 
 ``writes_intent`` is the one rule the producers (``producer``, ``by_name``) ask;
-``check`` is the system check of the setting (E007, W008; run by ``checks``).
+``check`` is the system check of the broker it relies on (W008; run by ``checks``).
 """
 
 from __future__ import annotations
@@ -28,23 +28,19 @@ from urllib.parse import urlparse
 
 from django.core import checks
 
+from .check_ids import CHECKS
 from .conf import settings
 from .errors import ConfigurationError
 
 DATABASE = "database"
 BROKER = "broker"
-MODES = (DATABASE, BROKER)
 #: kombu transports (URL schemes) that speak AMQP to RabbitMQ: publisher confirms exist.
 AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp", "librabbitmq"})
 
 
 def mode() -> str:
-    """The configured durability; ConfigurationError naming the fix if it is not one."""
-    value = settings.DURABILITY
-    if value not in MODES:
-        raise ConfigurationError(
-            f"CELERY_IDEM_DURABILITY must be one of {MODES}, not {value!r}")
-    return str(value)
+    """The configured durability (``conf`` validates it: ConfigurationError, E007)."""
+    return str(settings.DURABILITY)
 
 
 def writes_intent() -> bool:
@@ -53,21 +49,16 @@ def writes_intent() -> bool:
 
 
 def check(conf: Any) -> list[checks.CheckMessage]:
-    """E007: an unknown CELERY_IDEM_DURABILITY; W008: "broker" on a broker (or settings)
-    that does not hold a confirmed message durably. ``conf``: the Celery app's."""
+    """W008: "broker" on a broker (or settings) that does not hold a confirmed message
+    durably. ``conf``: the Celery app's. (An unknown value is E007, ``conf``'s.)"""
     try:
         if writes_intent():
             return []
-    except ConfigurationError as exc:
-        return [checks.Error(str(exc), hint="Use 'database' (the default) or 'broker'.",
-                             id="celery_idem.E007")]
+    except ConfigurationError:
+        return []
     problem = broker_problem(conf)
-    return [] if problem is None else [checks.Warning(
-        f'CELERY_IDEM_DURABILITY is "broker", but {problem}',
-        hint='Fix that (RabbitMQ: publisher confirms, persistent messages, durable or '
-             'quorum queues; docs/how-to/durability-modes.md), or set CELERY_IDEM_DURABILITY = '
-             '"database" so that recovery can re-send a lost message.',
-        id="celery_idem.W008")]
+    return [] if problem is None else [
+        CHECKS["W008"](f'CELERY_IDEM_DURABILITY is "broker", but {problem}')]
 
 
 def broker_problem(conf: Any) -> str | None:

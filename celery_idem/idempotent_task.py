@@ -9,7 +9,6 @@ through both.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 from collections.abc import Callable
 from datetime import datetime
@@ -22,19 +21,13 @@ from celery.utils import uuid
 from . import pools, replacement, runner, steps
 from .backends import Intent
 from .conf import settings
+from .declaration import declare
 from .errors import ConfigurationError, ReservedAttribute
 from .keys import KeySpec, body_signature, carry_key
 from .producer import build_intent, send
 
-IN_PROGRESS_POLICIES = ("retry", "ignore", "raise")
 #: Celery's built-in tasks that call a task's body directly, once per item.
 MAP_TASKS = frozenset({"celery.map", "celery.starmap", "celery.chunks"})
-STALE_CLAIM_POLICIES = ("redispatch", "uncertain")
-#: The task options celery-idem reads; other ``idempotency_*`` names are typos.
-OPTIONS = frozenset({
-    "idempotency_key", "idempotency_namespace", "atomic", "on_in_progress",
-    "on_stale_claim", "max_attempts", "lease", "atomic_database",
-})
 
 
 class _DeclaredKey:
@@ -80,6 +73,8 @@ class IdempotentTask(DjangoTask):
     lease: ClassVar[float | None] = None
 
     _key_spec: ClassVar[KeySpec | None] = None
+    #: What is wrong with this task's declaration, if anything (``declaration``).
+    _declaration_error: ClassVar[ConfigurationError | None] = None
 
     #: The worker's MainProcess hands a claim back at once when it loses the child that
     #: held it (see celery_idem.recovery.worker.IdempotentRequest).
@@ -94,30 +89,9 @@ class IdempotentTask(DjangoTask):
         cls.idempotency_key = _DeclaredKey(source)
         if "run" not in cls.__dict__:
             return  # an abstract base: concrete tasks are checked when they define run
-        cls._check_options()
         name = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
-        cls._key_spec = KeySpec(name, source, body_signature(cls.__dict__["run"]))
-
-    @classmethod
-    def _check_options(cls) -> None:
-        for attr in vars(cls):
-            if attr.startswith("idempotency_") and attr not in OPTIONS:
-                hint = difflib.get_close_matches(attr, OPTIONS, n=1)
-                raise ConfigurationError(
-                    f"unknown task option {attr!r}"
-                    + (f": did you mean {hint[0]!r}?" if hint else "")
-                )
-        if cls.on_in_progress not in IN_PROGRESS_POLICIES:
-            raise ConfigurationError(
-                f"on_in_progress must be one of {IN_PROGRESS_POLICIES}, not {cls.on_in_progress!r}"
-            )
-        if cls.on_stale_claim not in STALE_CLAIM_POLICIES:
-            raise ConfigurationError(
-                f"on_stale_claim must be one of {STALE_CLAIM_POLICIES}, "
-                f"not {cls.on_stale_claim!r}"
-            )
-        if cls.max_attempts is not None and cls.max_attempts < 1:
-            raise ConfigurationError("max_attempts must be at least 1")
+        cls._key_spec, cls._declaration_error = declare(
+            cls, name, source, body_signature(cls.__dict__["run"]))
 
     @classmethod
     def bind(cls, app: Any) -> Any:
@@ -128,7 +102,11 @@ class IdempotentTask(DjangoTask):
 
     @classmethod
     def key_spec(cls) -> KeySpec:
-        """The checked key declaration of this task."""
+        """The checked key declaration of this task; the declaration's ConfigurationError
+        (naming the task and the fix) for a misdeclared one: its publishes raise it, and
+        its messages fail with it on the worker without running."""
+        if cls._declaration_error is not None:
+            raise ConfigurationError(str(cls._declaration_error))
         if cls._key_spec is None:
             raise ConfigurationError(f"{cls.__name__} defines no task body")
         return cls._key_spec

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.core import checks
 
+from .check_ids import CHECKS
 from .errors import ConfigurationError, NotMigrated
 
 APP = "celery_idem"
@@ -67,11 +68,10 @@ def check_installed(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 
     if apps.is_installed(APP):
         return []
-    return [checks.Error(
+    return [CHECKS["E006"](
         f"{APP} is imported but not in INSTALLED_APPS: idempotent tasks have no job "
         "tables, and the publish and worker hooks are not connected",
-        hint=INSTALL_HINT, id="celery_idem.E006",
-    )]
+        hint=INSTALL_HINT)]
 
 
 def _migrate_hint(alias: str) -> str:

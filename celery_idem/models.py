@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .fields import OrderedJSONField
 from .heartbeat_model import WorkerHeartbeat
 from .keys import KEY_MAX_LENGTH
 from .lease_model import Lease
@@ -66,7 +67,8 @@ class Job(models.Model):
     dispatch_count = models.PositiveIntegerField(_("dispatches"), default=0)
 
     # Outcome.
-    result = models.JSONField(_("result"), null=True, blank=True)
+    # The result as the body returned it, keys in its order (``fields``).
+    result = OrderedJSONField(_("result"), null=True, blank=True)
     error = models.JSONField(_("error"), null=True, blank=True)
     # Written by the moves themselves (states.MOVES: set by ``dead_lettered``, cleared by
     # ``reset``), so the jobs given up on are found from the row, not from its history.

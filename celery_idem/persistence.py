@@ -12,7 +12,7 @@ from typing import TypeVar
 from django.db import Error, InterfaceError, OperationalError
 
 from .backends import Backend
-from .errors import NotMigrated, PersistenceError
+from .errors import ConfigurationError, NotMigrated, PersistenceError
 from .installation import not_migrated
 
 logger = logging.getLogger(__name__)
@@ -32,8 +32,26 @@ class _Persistence:
         # Error, not only DatabaseError: a closed connection is an InterfaceError
         # (PyMySQL's, psycopg2's), which is not one.
         if isinstance(exc, Error):
-            raise not_migrated(exc) or PersistenceError(
+            raise not_migrated(exc) or pooled_prepared(exc) or PersistenceError(
                 f"the job database failed: {exc}") from exc
+
+
+#: SQLSTATEs of a prepared statement that exists already or is missing on the session:
+#: a transaction pooler handed the client another server session.
+_PREPARED_ON_ANOTHER_SESSION = frozenset({"42P05", "26000"})
+
+
+def pooled_prepared(exc: BaseException) -> ConfigurationError | None:
+    """The configuration error behind psycopg's ``prepared statement "_pg3_0" already
+    exists`` (or ``does not exist``), naming the setting; None for any other error."""
+    if getattr(exc.__cause__, "sqlstate", None) not in _PREPARED_ON_ANOTHER_SESSION:
+        return None
+    return ConfigurationError(
+        f"the job database refused a prepared statement ({exc}): its connection goes "
+        "through a transaction pooler, which runs each transaction on another server "
+        "session. Set CELERY_IDEM_PREPARED_STATEMENTS = False (and leave "
+        "prepare_threshold out of the database's OPTIONS), or let the pooler keep them "
+        "(PgBouncer 1.21+ with max_prepared_statements)")
 
 
 _PERSISTENCE = _Persistence()

@@ -20,7 +20,7 @@ from celery.utils import uuid
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import envelope, replays
+from . import envelope, replays, unsent
 from .backends import Change, ClaimOutcome, Intent, get_backend
 from .children import BASE_HEADER, child_key, publishing_task, running_parent
 from .conf import settings
@@ -257,7 +257,13 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
             transaction.on_commit(lambda: _send_committed(task.app, body, kw, written[0]),
                                   using=settings.DATABASE)
             return None
-        return real.publish(body, **kw)
+        try:
+            return real.publish(body, **kw)
+        except Exception as exc:
+            if not unsent.after_publish_error(settings.DATABASE, written[0], exc, task.app,
+                                              task.name):
+                raise
+            return None
 
     result = _publish_captured(task, producer, publish, final, on_publish)
     if not written and intent_first:  # Celery published nothing (a custom route or

@@ -153,7 +153,7 @@ MOVES: dict[str, Move] = {m.event: m for m in [
        _("released")),
     # The flag marks the FAILED jobs an operator looks for (the admin's filter,
     # idem_status, idem_retry --reason dead-lettered) in the row, not in its history.
-    _m("dead_lettered", {R, P}, F, _FENCED, _ENDS | {"error"}, _("dead-lettered"),
+    _m("dead_lettered", {R, P}, F, _FENCED, _ENDS | {"error", "sent_at"}, _("dead-lettered"),
        marks={"dead_lettered": True}),
     # Lost mid-run, and the task must not re-run blindly: an operator decides.
     _m("uncertain", {R}, U, _FENCED, {"lease_expires_at", "worker"}, _("outcome uncertain")),
@@ -174,8 +174,10 @@ MOVES: dict[str, Move] = {m.event: m for m in [
     _m("attempt_lost", {P}, None, _FENCED, set(), _("attempt lost")),
     # A step of the body stored its checkpoint (backends: ``save_step``).
     _m("step_completed", {R}, None, _FENCED, set(), _("step completed")),
-    # An intent published inside a transaction: its message left after the commit.
+    # An outbox's message left after the commit; a sent one did not leave (unsent.py).
     _m("sent", {P}, None, _FENCED, {"sent_at"}, _("sent"), recorded=False, announced=False),
+    _m("send_failed", {P}, None, _FENCED | Guard.SAME_DISPATCH, RESEND_COLUMNS - {"task_id"},
+       _("message not sent")),
 ]}
 
 #: The history-only move a body's stored step records (``Backend.save_step``).

@@ -36,7 +36,6 @@ from .connection import driver_idle
 
 logger = logging.getLogger(__name__)
 
-POLICIES = ("celery", "keep")
 _UID = "celery_idem.worker_connections"
 
 
@@ -53,12 +52,8 @@ def install(app: Celery) -> None:
 def on_worker_init(sender: Any = None, **_: Any) -> None:
     """``worker_init`` receiver wired by the Django app: applies the setting."""
     from .conf import settings
-    from .errors import ConfigurationError
 
-    policy = settings.WORKER_CONNECTIONS
-    if policy not in POLICIES:
-        raise ConfigurationError(
-            f"CELERY_IDEM_WORKER_CONNECTIONS must be one of {POLICIES}, not {policy!r}")
+    policy = settings.WORKER_CONNECTIONS  # validated (conf): ConfigurationError at start
     app = getattr(sender, "app", None)
     if policy == "keep" and app is not None:
         take_over(app)

@@ -14,14 +14,15 @@ from pathlib import Path
 from .. import states
 from ..models import Checkpoint, Job, Transition
 from ..states import Guard, Move
-from .values import DUPLICATE, JSON_COLUMNS, ROW_COLUMNS
+from .values import DUPLICATE, JSON_COLUMNS, ORDERED_JSON_COLUMNS, ROW_COLUMNS
 
 #: What ``move_result_final`` raises when its move matched nothing.
 DIVISION_BY_ZERO = "22012"
 
 
-def load_queries(path: Path) -> dict[str, str]:
-    """The ``-- name: X`` blocks of ``path``, by name, with the table names filled in."""
+def load_queries(path: Path, row: str = ", ".join(ROW_COLUMNS)) -> dict[str, str]:
+    """The ``-- name: X`` blocks of ``path``, by name, with the table names and ``row``
+    (the select list of a JobRow) filled in."""
     queries: dict[str, str] = {}
     name = None
     for line in path.read_text().splitlines():
@@ -32,7 +33,7 @@ def load_queries(path: Path) -> dict[str, str]:
         elif name is not None and not line.startswith("--"):
             queries[name] += line + "\n"
     tables = {"job": Job._meta.db_table, "history": Transition._meta.db_table,
-              "checkpoint": Checkpoint._meta.db_table, "row": ", ".join(ROW_COLUMNS)}
+              "checkpoint": Checkpoint._meta.db_table, "row": row}
     history_insert = queries.get("history_insert", "").strip().format(**tables)
     return {name: text.strip().replace("{history_insert}", history_insert)
             .replace("{job}", tables["job"]).replace("{history}", tables["history"])
@@ -40,7 +41,9 @@ def load_queries(path: Path) -> dict[str, str]:
             for name, text in queries.items()}
 
 
-QUERIES = load_queries(Path(__file__).with_name("postgresql.sql"))
+#: PostgreSQL reads a ``json`` column as its text, as it reads ``jsonb`` (``fields``).
+QUERIES = load_queries(Path(__file__).with_name("postgresql.sql"), ", ".join(
+    f"{c}::text AS {c}" if c in ORDERED_JSON_COLUMNS else c for c in ROW_COLUMNS))
 
 
 def render_guard(guard: Guard, queries: dict[str, str]) -> str:
@@ -56,9 +59,14 @@ def _guard(guard: Guard) -> str:
 
 
 def _sets(columns: tuple[str, ...], source: str = "%(v_{c})s") -> str:
-    return "".join(f", {c} = {source.format(c=c)}" + ("::jsonb" if c in JSON_COLUMNS
-                                                        and "%" in source else "")
+    return "".join(f", {c} = {source.format(c=c)}" + (_json_cast(c) if "%" in source else "")
                    for c in columns)
+
+
+def _json_cast(column: str) -> str:
+    if column not in JSON_COLUMNS:
+        return ""
+    return "::json" if column in ORDERED_JSON_COLUMNS else "::jsonb"
 
 
 #: The history values of a line a worker writes (no actor).

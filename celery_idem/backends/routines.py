@@ -62,9 +62,13 @@ _FIELD_TYPES = {"BigAutoField": "bigint", "PositiveIntegerField": "integer",
 
 
 def _column_type(column: str) -> str:
+    from ..fields import OrderedJSONField
     from ..models import Job  # imported on use: ``python -m`` runs this before django.setup
 
-    return _FIELD_TYPES[Job._meta.get_field(column).get_internal_type()]
+    field = Job._meta.get_field(column)
+    if isinstance(field, OrderedJSONField):
+        return "text"  # read as the text it keeps (``{row}`` casts it), written as text
+    return _FIELD_TYPES[field.get_internal_type()]
 
 
 def _param_type(name: str) -> str:

@@ -15,6 +15,9 @@ from ..states import Move, State
 
 #: Columns whose values are JSON.
 JSON_COLUMNS = frozenset({"result", "error", "args", "kwargs", "options", "message"})
+#: Of those, the ones stored as written (``fields.OrderedJSONField``: ``json`` on
+#: PostgreSQL, not ``jsonb``).
+ORDERED_JSON_COLUMNS = frozenset({"result"})
 
 
 @dataclass(frozen=True)

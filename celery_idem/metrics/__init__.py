@@ -9,12 +9,16 @@ unless that backend is enabled and installed (``metrics.checks`` reports one tha
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 from ..conf import settings
+from ..errors import ConfigurationError
 from ..signals import duplicate_waiting, transition
 from .recorder import Recorder, Sink
 
 #: Each backend, the module it needs, and how to install it.
+logger = logging.getLogger(__name__)
+
 BACKENDS = {
     "prometheus": ("prometheus_client", "pip install celery-idem[metrics]"),
     "otel": ("opentelemetry.metrics", "pip install opentelemetry-api (with the "
@@ -44,7 +48,11 @@ def available(backend: str) -> bool:
 def install() -> Recorder | None:
     """Connect the recorder for the enabled backends that are installed; once per process."""
     global _recorder
-    backends = [b for b in enabled() if b in BACKENDS and available(b)]
+    try:
+        backends = [b for b in enabled() if available(b)]
+    except ConfigurationError as exc:  # check E020 says so too; Django still starts
+        logger.error("metrics off: %s", exc, extra={"action": "metrics_misconfigured"})
+        return None
     if _recorder is not None or not backends:
         return _recorder
     sinks: list[Sink] = []

@@ -6,33 +6,32 @@ from typing import Any
 
 from django.core import checks
 
+from ..check_ids import CHECKS
 from ..checks import TAG
 from ..conf import settings
+from ..errors import ConfigurationError
 from . import BACKENDS, available, enabled
 
 
 @checks.register(TAG)
 def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """E020: an unknown backend; E021: a backend whose library is missing; W020: an
-    exporter port without Prometheus."""
+    """E021: a backend whose library is missing; W020: an exporter port without
+    Prometheus. (An unknown backend is E020, a bad port E012: ``checks_settings``.)"""
     messages: list[checks.CheckMessage] = []
-    names = enabled()
+    try:
+        names = enabled()
+        port = settings.METRICS_PORT
+    except ConfigurationError:
+        return messages
     for name in names:
-        if name not in BACKENDS:
-            messages.append(checks.Error(
-                f"CELERY_IDEM_METRICS names {name!r}, which is not a metrics backend",
-                hint=f"Use one of {', '.join(map(repr, BACKENDS))}, a list of them, or None.",
-                id="celery_idem.E020"))
-        elif not available(name):
-            messages.append(checks.Error(
+        if not available(name):
+            messages.append(CHECKS["E021"](
                 f"CELERY_IDEM_METRICS enables {name!r}, but {BACKENDS[name][0]} is not "
                 "installed: no metrics are recorded",
-                hint=f"{BACKENDS[name][1]}, or remove {name!r} from CELERY_IDEM_METRICS.",
-                id="celery_idem.E021"))
-    if settings.METRICS_PORT and "prometheus" not in names:
-        messages.append(checks.Warning(
+                hint=f"{BACKENDS[name][1]}, or remove {name!r} from CELERY_IDEM_METRICS."))
+    if port and "prometheus" not in names:
+        messages.append(CHECKS["W020"](
             "CELERY_IDEM_METRICS_PORT is set but CELERY_IDEM_METRICS does not enable "
             "'prometheus': no exporter is started",
-            hint="Set CELERY_IDEM_METRICS = 'prometheus', or remove the port.",
-            id="celery_idem.W020"))
+            hint="Set CELERY_IDEM_METRICS = 'prometheus', or remove the port."))
     return messages

@@ -125,8 +125,9 @@ COUNTED: dict[tuple[str, str | None], tuple[Count, ...]] = {
     ("late_finish", None): ((LATE_FINISHES, {}),),
 }
 #: Announced moves no metric counts: history detail and operator actions, which the
-#: admin and the logs show.
-NOT_COUNTED = frozenset({"replaced", "reset", "resolved", "attempt_lost", "step_completed"})
+#: admin and the logs show (a message not sent shows in the oldest never-sent gauge).
+NOT_COUNTED = frozenset({"replaced", "reset", "resolved", "attempt_lost", "step_completed",
+                         "send_failed"})
 #: What a duplicate put back to wait adds to (``signals.duplicate_waiting``).
 WAITED: Count = (DUPLICATES, {"outcome": "waited"})
 #: The moves that start and end the claim-to-commit latency.

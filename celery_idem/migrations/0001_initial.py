@@ -13,6 +13,7 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
+import celery_idem.fields
 import celery_idem.states
 from celery_idem import schema
 
@@ -21,9 +22,9 @@ from celery_idem import schema
 # routine only where its name (a hash of its text) is installed. Nothing on MySQL/MariaDB
 # or SQLite.
 ROUTINES = {
-    'celery_idem_insert_722e2e52bf': (
-        'CREATE OR REPLACE FUNCTION celery_idem_insert_722e2e52bf(p_unflushed boolean, p_namespace text, p_key text, p_task_name text, p_args text, p_kwargs text, p_fingerprint text, p_options text, p_to_state text, p_attempt bigint, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_started_at timestamptz, p_parent bigint, p_message text, p_not_before timestamptz, p_expires_at timestamptz, p_sent_at timestamptz)\n'
-        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result jsonb, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
+    'celery_idem_insert_6b855d612f': (
+        'CREATE OR REPLACE FUNCTION celery_idem_insert_6b855d612f(p_unflushed boolean, p_namespace text, p_key text, p_task_name text, p_args text, p_kwargs text, p_fingerprint text, p_options text, p_to_state text, p_attempt bigint, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_started_at timestamptz, p_parent bigint, p_message text, p_not_before timestamptz, p_expires_at timestamptz, p_sent_at timestamptz)\n'
+        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result text, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
         'IF p_unflushed THEN\n'
@@ -40,18 +41,18 @@ ROUTINES = {
         '            p_task_id, p_lease, 0, p_now, p_started_at, p_now, p_parent,\n'
         '            p_message::jsonb, p_not_before, p_expires_at, p_sent_at)\n'
         '    ON CONFLICT (namespace, key) DO NOTHING\n'
-        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs\n'
+        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs\n'
         ')\n'
-        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs FROM ins\n'
+        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM ins\n'
         'UNION ALL\n'
-        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs FROM celery_idem_job\n'
+        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM celery_idem_job\n'
         'WHERE namespace = p_namespace AND key = p_key AND NOT EXISTS (SELECT 1 FROM ins);\n'
         'END\n'
         '$body$'
     ),
-    'celery_idem_claim_e1d85b9642': (
-        'CREATE OR REPLACE FUNCTION celery_idem_claim_e1d85b9642(p_unflushed boolean, p_namespace text, p_key text, p_to_state text, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_from_state text, p_fingerprint text)\n'
-        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result jsonb, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
+    'celery_idem_claim_508745a473': (
+        'CREATE OR REPLACE FUNCTION celery_idem_claim_508745a473(p_unflushed boolean, p_namespace text, p_key text, p_to_state text, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_from_state text, p_fingerprint text)\n'
+        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result text, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
         'IF p_unflushed THEN\n'
@@ -66,17 +67,17 @@ ROUTINES = {
         '        task_id = p_task_id, lease_expires_at = p_lease, not_before = NULL,\n'
         '        started_at = p_now, updated_at = p_now\n'
         "    WHERE id = (SELECT id FROM target) AND state || '' = p_from_state AND fingerprint = p_fingerprint AND (not_before IS NULL OR not_before <= p_now OR task_id = p_task_id)\n"
-        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs\n'
+        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs\n'
         ')\n'
-        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs FROM claimed\n'
+        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM claimed\n'
         'UNION ALL\n'
-        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result, error, args, kwargs FROM celery_idem_job\n'
+        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM celery_idem_job\n'
         'WHERE id = (SELECT id FROM target) AND NOT EXISTS (SELECT 1 FROM claimed);\n'
         'END\n'
         '$body$'
     ),
-    'celery_idem_succeed_ace74ab1b8': (
-        'CREATE OR REPLACE FUNCTION celery_idem_succeed_ace74ab1b8(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_v_result text, p_id bigint, p_from_state text, p_attempt bigint)\n'
+    'celery_idem_succeed_8da3b5e7cd': (
+        'CREATE OR REPLACE FUNCTION celery_idem_succeed_8da3b5e7cd(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_v_result text, p_id bigint, p_from_state text, p_attempt bigint)\n'
         'RETURNS TABLE (attempt integer) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
@@ -85,7 +86,7 @@ ROUTINES = {
         'END IF;\n'
         'RETURN QUERY\n'
         'WITH moved AS (\n'
-        '    UPDATE celery_idem_job SET state = p_to_state, updated_at = p_now, finished_at = p_v_finished_at, lease_expires_at = p_v_lease_expires_at, result = p_v_result::jsonb\n'
+        '    UPDATE celery_idem_job SET state = p_to_state, updated_at = p_now, finished_at = p_v_finished_at, lease_expires_at = p_v_lease_expires_at, result = p_v_result::json\n'
         '    WHERE id = p_id AND state = p_from_state AND attempt = p_attempt\n'
         '    RETURNING id, attempt\n'
         ')\n'
@@ -93,8 +94,8 @@ ROUTINES = {
         'END\n'
         '$body$'
     ),
-    'celery_idem_succeed_final_63eb8362e4': (
-        'CREATE OR REPLACE FUNCTION celery_idem_succeed_final_63eb8362e4(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_v_result text, p_id bigint, p_from_state text, p_attempt bigint)\n'
+    'celery_idem_succeed_final_00cbb50ebc': (
+        'CREATE OR REPLACE FUNCTION celery_idem_succeed_final_00cbb50ebc(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_v_result text, p_id bigint, p_from_state text, p_attempt bigint)\n'
         'RETURNS TABLE (checked integer) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
@@ -103,7 +104,7 @@ ROUTINES = {
         'END IF;\n'
         'RETURN QUERY\n'
         'WITH moved AS (\n'
-        '    UPDATE celery_idem_job SET state = p_to_state, updated_at = p_now, finished_at = p_v_finished_at, lease_expires_at = p_v_lease_expires_at, result = p_v_result::jsonb\n'
+        '    UPDATE celery_idem_job SET state = p_to_state, updated_at = p_now, finished_at = p_v_finished_at, lease_expires_at = p_v_lease_expires_at, result = p_v_result::json\n'
         '    WHERE id = p_id AND state = p_from_state AND attempt = p_attempt\n'
         '    RETURNING id, attempt\n'
         ')\n'
@@ -185,7 +186,7 @@ class Migration(migrations.Migration):
                 ('lease_expires_at', models.DateTimeField(blank=True, null=True, verbose_name='lease expires at')),
                 ('not_before', models.DateTimeField(blank=True, null=True, verbose_name='not before')),
                 ('dispatch_count', models.PositiveIntegerField(default=0, verbose_name='dispatches')),
-                ('result', models.JSONField(blank=True, null=True, verbose_name='result')),
+                ('result', celery_idem.fields.OrderedJSONField(blank=True, null=True, verbose_name='result')),
                 ('error', models.JSONField(blank=True, null=True, verbose_name='error')),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now, verbose_name='created at')),
                 ('started_at', models.DateTimeField(blank=True, null=True, verbose_name='started at')),

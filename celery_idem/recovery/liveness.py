@@ -25,7 +25,9 @@ from typing import Any
 from django.core import checks
 from django.db.models import Q
 
+from ..check_ids import CHECKS
 from ..conf import settings
+from ..errors import ConfigurationError
 from ..heartbeat_model import WorkerHeartbeat
 from ..states import State
 
@@ -119,37 +121,25 @@ def check(conf: Any) -> list[checks.CheckMessage]:
     ``PROMISE`` seconds (the timeout plus the interval between passes)."""
     try:
         heartbeat, timeout = float(settings.WORKER_HEARTBEAT), float(settings.WORKER_TIMEOUT)
-    except (TypeError, ValueError):
-        return []  # off (None), or not a number: the settings' own checks say so
+    except (TypeError, ConfigurationError):
+        return []  # off (None), or not valid: the settings' own check (E012) says so
     if timeout <= 2 * heartbeat:
-        return [checks.Error(
+        return [CHECKS["E040"](
             f"CELERY_IDEM_WORKER_TIMEOUT ({timeout:g}s) is not more than twice "
             f"CELERY_IDEM_WORKER_HEARTBEAT ({heartbeat:g}s): one late beat would make a "
-            "live worker look dead",
-            hint="Keep the timeout at several heartbeats (the defaults: 5 and 40 seconds).",
-            id="celery_idem.E040",
-        )]
+            "live worker look dead")]
     interval = recovery_interval(conf.beat_schedule)
     if interval is None:
         return []
     if interval >= timeout - heartbeat:
-        return [checks.Warning(
+        return [CHECKS["W040"](
             f"the recovery pass runs every {interval:g}s, which is not less than "
             f"CELERY_IDEM_WORKER_TIMEOUT less one heartbeat ({timeout - heartbeat:g}s): "
             "recovery never watches the workers long enough to presume one dead, and a dead "
-            "worker's claims wait for their lease",
-            hint="Run it more often (recovery_schedule(interval=10)), or raise "
-                 "CELERY_IDEM_WORKER_TIMEOUT.",
-            id="celery_idem.W040",
-        )]
+            "worker's claims wait for their lease")]
     if timeout + interval > PROMISE:
-        return [checks.Warning(
+        return [CHECKS["W041"](
             f"a dead worker's claims may wait {timeout + interval:g}s: "
             f"CELERY_IDEM_WORKER_TIMEOUT ({timeout:g}s) plus the interval between recovery "
-            f"passes ({interval:g}s), more than {PROMISE}s",
-            hint="Run the recovery pass more often (recovery_schedule(interval=10)) or "
-                 "lower CELERY_IDEM_WORKER_TIMEOUT; if the wait is what you want, silence "
-                 "this with SILENCED_SYSTEM_CHECKS = ['celery_idem.W041'].",
-            id="celery_idem.W041",
-        )]
+            f"passes ({interval:g}s), more than {PROMISE}s")]
     return []

@@ -22,15 +22,17 @@ from ..keys import KEY_HEADER
 
 def task_id_for(job: Any) -> str:
     """The task id a re-send of ``job`` goes under: its message's own id when the envelope
-    is kept (results, chord counters and the caller's AsyncResult all wait on that id),
-    else a new one. An expired message's id is revoked in the workers that dropped it,
-    so an expired job goes under a new id."""
+    is kept or the message was never sent (results, chord counters and the caller's
+    AsyncResult all wait on that id), else a new one. An expired message's id is revoked
+    in the workers that dropped it, so an expired job goes under a new id."""
     message = getattr(job, "message", None) or {}
     if getattr(job, "state", None) == "EXPIRED":
         return uuid()
     original = (message.get("headers") or {}).get("id")
-    if message.get("v") == lean_envelope.VERSION:
-        original = getattr(job, "task_id", "")  # the row holds the message's id
+    never_sent = getattr(job, "sent_at", True) is None and getattr(job, "attempt", 1) == 0
+    if message.get("v") == lean_envelope.VERSION or never_sent:
+        # The row holds the message's id (a never-sent one's is the id its caller holds).
+        original = getattr(job, "task_id", "")
     return str(original) if original else uuid()
 
 

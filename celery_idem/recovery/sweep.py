@@ -28,8 +28,8 @@ PostgreSQL, see ``Backend.locked_batch``), and every write in it is a conditiona
 the state machine; the stale claims of a batch are moved together
 (``Backend.apply_batch``: one statement per kind of move on PostgreSQL), by the rule
 of ``recovery.handback``. Messages
-leave only after their batch commits: if sending fails, the job is PENDING with a
-recorded task id, and the next pass past the dispatch timeout sends it again.
+leave only after their batch commits: if sending fails, the row says never sent
+(``celery_idem.unsent``) and a later pass sends it again.
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from celery import current_app
 from django.db.models import Q
 from django.utils import timezone
 
+from .. import unsent
 from ..backends import Backend, Change, get_backend
 from ..claims import describe_error
 from ..conf import settings
@@ -71,7 +73,7 @@ ACTIONS = (
     "expired",        # PENDING whose message expired unclaimed -> EXPIRED
     "undeliverable",  # PENDING re-sent too often, or its message undecodable -> FAILED
     "skipped",        # left alone: task unknown here, or no stored arguments to send
-    "send_failed",    # moved, but the broker refused the message; the next pass retries
+    "send_failed",    # moved, but not sent: the row says so, and a later pass sends it
 )
 
 @dataclass
@@ -125,6 +127,11 @@ class Pass:
     tasks: dict[str, Any] = field(default_factory=dict)
     #: (task name, why) -> how many jobs this pass left alone.
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: The error of the broker this pass could not reach: no more sends are tried.
+    broker_down: Exception | None = None
+    #: Jobs whose send failed in this pass: they now look never sent, and wait for the
+    #: next pass rather than being tried again by this one's next sweep.
+    unsent: set[int] = field(default_factory=set)
 
     def task(self, name: str) -> Any:
         if name not in self.tasks:
@@ -138,6 +145,8 @@ class Pass:
 
     def lost_message(self, job: Job, batch: Batch) -> None:
         """Send a PENDING job again; the count and the new task id go in the same write."""
+        if job.id in self.unsent:
+            return
         if job.dispatch_count >= int(settings.MAX_REDISPATCHES):
             self.undeliverable(job, f"sent {job.dispatch_count + 1} times and never claimed: "
                                     f"no worker runs task {job.task_name!r}, or its "
@@ -214,15 +223,26 @@ class Pass:
                     batch.sends.append((job, handback.change.values["task_id"]))
 
     def send(self, job: Job, task_id: str) -> None:
+        """Send the job's message, its move written; a send that fails says so on the
+        row (``unsent``): never sent, so recovery sends it again. Once the broker cannot
+        be reached, the pass tries no more sends (each would wait for the publish
+        retries) and records them as not sent."""
         try:
+            if self.broker_down is not None:
+                raise self.broker_down
             redispatch(job, task_id=task_id)
         except Undecodable as exc:
             self.undeliverable(job, str(exc))
-        # Any broker or routing error: the job is PENDING under this task id, so the
-        # next pass past the dispatch timeout sends it again. Report it and go on.
         except Exception as exc:
-            logger.error("could not send job %s (%s) again: %s", job.id, job.task_name, exc,
-                         extra={"action": "redispatch_failed", "job_id": job.id})
+            self.unsent.add(job.id)
+            given_back = unsent.unreachable(exc, current_app)
+            if given_back:
+                self.broker_down = exc
+            unsent.record(self.backend.alias, [unsent.change(
+                job.id, job.attempt, job.dispatch_count + 1, exc, given_back, job.task_name)])
+            if exc is not self.broker_down or not self.report.total("send_failed"):
+                logger.error("could not send job %s (%s) again: %s", job.id, job.task_name,
+                             exc, extra={"action": "redispatch_failed", "job_id": job.id})
             self.report.add("send_failed", job.task_name)
 
     def _skip(self, job: Job, why: str) -> None:
@@ -252,6 +272,8 @@ def reap(*, now: datetime | None = None, using: str | None = None,
         _sweep(run, Sweep(expired(run.now), ("expires_at", "id")), limit, run.expired)
         # The lost messages: sent and unclaimed, a range per re-dispatch count; never sent.
         for lost in lost_messages(run.now):
+            if run.broker_down is not None:
+                break  # nothing can be sent: the next pass sends them
             _sweep(run, lost, limit, run.lost_message)
         stale = run.known_tasks(stale_q(run.now))
         _sweep(run, Sweep(stale, ("lease_expires_at", "id")), limit, run.stale_claim)
@@ -284,6 +306,6 @@ def _sweep(run: Pass, sweep: Sweep, limit: int,
             run.apply(batch)
         for job, task_id in batch.sends:  # committed: the messages may leave now
             run.send(job, task_id)
-        if len(jobs) < limit:
+        if len(jobs) < limit or (run.broker_down is not None and handle == run.lost_message):
             return
         after = sweep.after(jobs[-1])

@@ -71,7 +71,8 @@ class TestRetry:
 
     @pytest.mark.django_db(transaction=True)
     def test_failed_send_is_reported_and_the_job_stays_pending(self, login, act, monkeypatch):
-        """A broker error after the commit is a warning: the reaper sends PENDING jobs later.
+        """A broker error after the commit is a warning, and the row says never sent: the
+        reaper sends it later.
 
         (Outside a test transaction, as in a request, the send runs at the commit, before
         the messages are written.)
@@ -84,6 +85,10 @@ class TestRetry:
         texts = messages(act(login("retry_job"), "retry_selected", job))
         assert "1 job is pending but could not be sent (broker unreachable): k." in texts[1]
         assert state(job) == State.PENDING
+        # The row does not say a message was sent: no sent time, the failure in its history.
+        job.refresh_from_db()
+        assert job.sent_at is None
+        assert job.transitions.filter(event="send_failed").exists()
 
     def test_from_the_detail_page_returns_there(self, login, act, sent):
         """The detail page's button comes back to the job; a foreign next URL is ignored."""

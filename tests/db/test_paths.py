@@ -22,7 +22,9 @@ def run(task, *args, **kwargs):
 
 class TestAtomicDatabase:
     def test_atomic_task_with_job_tables_elsewhere_is_refused_before_the_body(
-            self, backend, settings):
+            self, backend, settings, monkeypatch):
+        # An alias that exists (the setting is checked), never connected to: refused first.
+        monkeypatch.setitem(settings.DATABASES, "jobs", {})
         settings.CELERY_IDEM_DATABASE = "jobs"
         outcome = run(deduct_stock, 1, 2, 3)
         assert isinstance(outcome.result, ConfigurationError)

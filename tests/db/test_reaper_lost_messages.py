@@ -67,7 +67,8 @@ class TestLostMessages:
         assert reap_at("2030-01-01 12:31:00").as_dict() == {} and sent == []
 
     def test_a_failed_send_is_retried_by_the_next_pass(self, backend, monkeypatch):
-        """The broker refuses: reported, the job stays PENDING, a later pass sends it."""
+        """The broker refuses: reported, the job stays PENDING and its row says never
+        sent (the broker answers, so the re-dispatch is counted), a later pass sends it."""
         with freeze_time(T0):
             publish()
 
@@ -77,6 +78,8 @@ class TestLostMessages:
         monkeypatch.setattr(reaper, "redispatch", refuse)
         report = reap_at("2030-01-01 12:10:01")
         assert report.total("send_failed") == 1 and report.total("redispatched") == 1
+        job = Job.objects.get()
+        assert (job.state, job.sent_at, job.dispatch_count) == ("PENDING", None, 1)
         calls = []
         monkeypatch.setattr(reaper, "redispatch",
                             lambda job, countdown=None, task_id=None: calls.append(task_id))

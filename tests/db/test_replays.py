@@ -4,6 +4,8 @@ duplicate's message still leaves. On every database the tier has, both backends.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from celery import chain, group, shared_task
 from django.db import transaction
@@ -110,3 +112,26 @@ def test_a_batch_sends_only_the_keys_not_answered(backend, sent):
         for n in (6, 7, 8):
             quiet.apply_async(args=(n,))
     assert sorted(h[KEY_HEADER] for h in sent) == ["quiet/7", "quiet/8"]
+
+
+#: Keys in an order jsonb would not keep (it sorts them shortest first, then by bytes).
+ORDERED_RESULT = {"zebra": 1, "mango": {"y": [1, 2], "b": None}, "a": "first?", "ab": 2.5}
+
+
+@pytest.mark.parametrize("result", [ORDERED_RESULT, "12", None, [3, {"b": 1, "a": 2}]],
+                         ids=["object", "string-of-digits", "null", "list"])
+def test_a_replayed_result_is_the_json_the_first_caller_got(backend, result):
+    """The stored result keeps its keys' order, nested ones too, and its type (a string of
+    digits stays a string) on every backend: the row read back by a duplicate's claim,
+    and by the ORM (the admin)."""
+    from celery_idem import claims
+    from tests.db.reaping import claim, publish
+
+    intent = publish(n=4401)
+    claim(intent).succeed(result)
+    outcome, won = claims.acquire(intent, worker="host/2", task_id="t-2", lease_seconds=60,
+                                  using="default")
+    assert won is None
+    assert json.dumps(outcome.row.result) == json.dumps(result)
+    stored = Job.objects.get(key=intent.key).result
+    assert json.dumps(stored) == json.dumps(result)

@@ -78,18 +78,18 @@ def _pings(client: redis.Redis) -> bool:
 
 
 def test_a_message_over_the_brokers_limit_ends_undeliverable(small_redis, transactional_db):
-    """2 MB of arguments to a broker that takes 1 MiB: apply_async raises the broker's
-    error; the intent written before the publish stays PENDING; recovery tries to send
-    it, fails, and after CELERY_IDEM_MAX_REDISPATCHES ends it FAILED as Undeliverable.
-    The body never runs."""
+    """2 MB of arguments to a broker that takes 1 MiB (it answers, so the broker is not
+    down: it refused the message): apply_async raises the broker's error, and the intent
+    written before the publish ends FAILED as Undeliverable at once, so the call that
+    raised never runs: recovery has nothing to send."""
     env = worker_env(IDEM_BROKER=f"{small_redis}/0", IDEM_RESULTS=f"{small_redis}/1")
     done = subprocess.run([sys.executable, "-m", "tests.integration.oversized_publish",
                            str(2_000_000)], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=300, check=True)
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["raised"], "the oversized publish did not fail"
-    assert [r.get("send_failed") for r in outcome["reports"][:2]] == [{add.name: 1}] * 2
+    assert outcome["reports"] == [{}] * 4
     job = Job.objects.get()
-    assert (job.state, job.error["type"], job.dispatch_count) == ("FAILED", "Undeliverable", 2)
-    assert "never claimed" in job.error["message"]
+    assert (job.state, job.error["type"], job.dispatch_count) == ("FAILED", "Undeliverable", 0)
+    assert "refused its message" in job.error["message"]
     assert not Effect.objects.exists()

@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 from celery import Celery, _state
+from django.conf import settings
 from django.test import override_settings
 
-from celery_idem import IdempotentTask, checks
+from celery_idem import IdempotentTask, checks, checks_settings
+from celery_idem.errors import ConfigurationError
+from django_app.effects.tasks import ship_order
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,13 +76,14 @@ class TestTaskDeclarations:
                         idempotency_key="o/{order_id}", atomic=True)(body)
         assert checks.check_tasks() == []
 
-    def test_atomic_tasks_off_the_default_database_are_e004(self, celery_app):
+    def test_atomic_tasks_off_the_default_database_are_e004(self, celery_app, monkeypatch):
         """atomic=True with the job tables on another alias: the body's writes on default
         would survive a failure, so it is an error with a way to silence it."""
         celery_app.task(base=IdempotentTask, bind=True, name="tests.atomic",
                         idempotency_key="o/{order_id}", atomic=True)(body)
         celery_app.task(base=IdempotentTask, bind=True, name="tests.plain",
                         idempotency_key="p/{order_id}")(body)
+        monkeypatch.setitem(settings.DATABASES, "jobs", {})  # no connection is made
         with override_settings(CELERY_IDEM_DATABASE="jobs"):
             messages = checks.check_tasks()
         assert ids(messages) == ["celery_idem.E003"]
@@ -174,11 +178,15 @@ class TestPool:
 
 
 class TestJobDatabase:
-    def test_an_unknown_alias_is_e002(self):
+    def test_an_unknown_alias_is_e002_and_a_configuration_error_at_first_use(self):
+        """Not Django's ConnectionDoesNotExist at delay(): an error naming the setting."""
         with override_settings(CELERY_IDEM_DATABASE="jobs"):
-            messages = checks.check_job_database()
+            messages = checks_settings.check_settings()
+            assert checks.check_job_database() == []  # reported once, by E002
+            with pytest.raises(ConfigurationError, match="CELERY_IDEM_DATABASE .*'jobs'"):
+                ship_order.delay(1)
         assert ids(messages) == ["celery_idem.E002"]
-        assert "'jobs'" in messages[0].msg
+        assert "'jobs'" in messages[0].msg and "CELERY_IDEM_DATABASE" in messages[0].msg
 
     def test_the_projects_database_passes(self):
         assert checks.check_job_database(databases=["default"]) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kombu import Queue
 
-from celery_idem import checks, durability
+from celery_idem import checks, checks_settings, durability
 from celery_idem.errors import ConfigurationError
 from tests.unit.test_checks import celery_app, ids  # noqa: F401 (the fixture)
 
@@ -23,7 +23,8 @@ def test_an_unknown_value_is_a_configuration_error_and_e007(settings, celery_app
     settings.CELERY_IDEM_DURABILITY = "rabbit"
     with pytest.raises(ConfigurationError, match="CELERY_IDEM_DURABILITY must be one of"):
         durability.writes_intent()
-    assert ids(checks.check_celery_settings()) == ["celery_idem.E007"]
+    assert ids(checks_settings.check_settings()) == ["celery_idem.E007"]
+    assert checks.check_celery_settings() == []  # reported once
 
 
 @pytest.mark.parametrize(("url", "transport", "options", "named"), [

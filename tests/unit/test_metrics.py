@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 
-from celery_idem import metrics
+from celery_idem import checks_settings, metrics
 from celery_idem.idempotent_task import IdempotentTask
 from celery_idem.metrics import checks as metrics_checks
 from celery_idem.metrics import definitions, prometheus, tracing
@@ -188,8 +188,9 @@ def test_a_backend_whose_library_is_missing_is_an_error_naming_the_extra(setting
 def test_an_unknown_backend_and_a_port_without_prometheus_are_reported(settings):
     settings.CELERY_IDEM_METRICS = "statsd"
     settings.CELERY_IDEM_METRICS_PORT = 9808
-    assert [m.id for m in metrics_checks.check_metrics()] == ["celery_idem.E020",
-                                                              "celery_idem.W020"]
+    assert [m.id for m in checks_settings.check_settings()] == ["celery_idem.E020"]
+    settings.CELERY_IDEM_METRICS = None
+    assert [m.id for m in metrics_checks.check_metrics()] == ["celery_idem.W020"]
     settings.CELERY_IDEM_METRICS = "prometheus"
     assert metrics_checks.check_metrics() == []
 

@@ -1,6 +1,6 @@
 """``celery_idem.task(key=..., **options)``: Celery's own declaration with
-IdempotentTask as the base and the key as ``idempotency_key``; the key checked when
-the task is declared."""
+IdempotentTask as the base and the key as ``idempotency_key``; a misdeclared key
+refuses that task alone, as for any IdempotentTask."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from celery import Celery
 
 import celery_idem
-from celery_idem import ALL_ARGUMENTS, PER_CALL, ConfigurationError, IdempotentTask, declaration
+from celery_idem import ALL_ARGUMENTS, PER_CALL, ConfigurationError, IdempotentTask, decorator
 
 app = Celery("declaration-tests", set_as_current=False)
 
@@ -63,7 +63,7 @@ def test_without_app_it_is_celerys_shared_task_with_the_base_and_the_key(monkeyp
         made.append(options)
         return lambda fn: ("shared", fn)
 
-    monkeypatch.setattr(declaration, "shared_task", shared_task)
+    monkeypatch.setattr(decorator, "shared_task", shared_task)
 
     def ship(order_id):
         return order_id
@@ -73,24 +73,23 @@ def test_without_app_it_is_celerys_shared_task_with_the_base_and_the_key(monkeyp
                      "queue": "q"}]
 
 
-def test_a_bare_decorator_is_the_missing_key_error_and_declares_nothing():
-    """The message IdempotentTask gives a class without idempotency_key, at once."""
-    before = set(app.tasks)
-
+def test_a_bare_decorator_refuses_that_task_alone_with_the_missing_key_error():
+    """The message IdempotentTask gives a class without idempotency_key; the app still
+    finalizes and its other tasks are untouched."""
     def refresh():
         return None
 
-    with pytest.raises(ConfigurationError, match=r"declares no idempotency_key"):
-        celery_idem.task(refresh)
-    with pytest.raises(ConfigurationError, match=r"declares no idempotency_key"):
-        celery_idem.task(app=app)(refresh)
-    assert set(app.tasks) == before
+    bare = celery_idem.task(app=app, name="t.decl.bare")(refresh)
+    with pytest.raises(ConfigurationError, match=r"t\.decl\.bare.*idempotency_key"):
+        bare.key_spec()
+    good = declared(key="ship/{order_id}", name="t.decl.beside_bare")
+    assert good.key_spec().source == "ship/{order_id}"
 
 
-def test_a_key_that_does_not_fit_the_function_is_refused_when_declared():
-    with pytest.raises(ConfigurationError, match=r"order_no"):
-        declared(key="ship/{order_no}", name="t.decl.typo")
-    assert "t.decl.typo" not in app.tasks
+def test_a_key_that_does_not_fit_the_function_refuses_that_task_by_name():
+    typo = declared(key="ship/{order_no}", name="t.decl.typo")
+    with pytest.raises(ConfigurationError, match=r"t\.decl\.typo.*order_no"):
+        typo.key_spec()
 
 
 @pytest.mark.parametrize("call, message", [
