@@ -60,6 +60,11 @@ def worker_name(hostname: str | None) -> str:
     return f"{name}#{_run}" if _run else name
 
 
+def node_of(worker: str) -> str:
+    """The Celery node a claim's worker names (``host#run/pid`` or ``host/pid``: ``host``)."""
+    return worker.split("/", 1)[0].split("#", 1)[0]
+
+
 class Heartbeat(threading.Thread):
     """Writes the worker's row every ``interval`` seconds until the process ends."""
 

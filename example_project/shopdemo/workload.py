@@ -72,11 +72,12 @@ class Workload:
     def maybe_kill(self, fleet: Fleet, done_jobs: int) -> str | None:
         """SIGKILL a whole worker (preferably one running a claim) when the next kill is
         due, and start a replacement; returns the killed node."""
+        from celery_idem.liveness import node_of
         from celery_idem.models import Job
 
         if not self._kill_at or done_jobs < self._kill_at[0] * self.expected_jobs:
             return None
-        busy = {w.split("/")[0] for w in Job.objects.filter(state="RUNNING")
+        busy = {node_of(w) for w in Job.objects.filter(state="RUNNING")
                 .values_list("worker", flat=True)}
         candidates = [n for n in fleet.alive() if n in busy]
         if not candidates:
