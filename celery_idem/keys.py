@@ -3,7 +3,8 @@
 A task declares one of: a format template over its parameters (``"ship/{order_id}"``), a
 callable taking the task's arguments, ``ALL_ARGUMENTS`` (the key is the arguments'
 fingerprint) or ``PER_CALL`` (every call passes ``idempotency_key=``). The declaration is
-checked when the task class is created, so a typo in a template fails at import.
+checked when the task class is created; a typo in a template refuses that task alone, by name
+(``declaration``).
 """
 
 from __future__ import annotations

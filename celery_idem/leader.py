@@ -50,14 +50,22 @@ def release_held(**_: Any) -> None:
             logger.warning("could not release lease %r at shutdown", lease.name, exc_info=True)
 
 
-def _check_shard(task_name: str, template: Any, signature: inspect.Signature) -> None:
-    """Refuse, at class creation, a shard template that cannot name a lease."""
+def _check_declaration(task_name: str, template: Any, lease: Any,
+                       signature: inspect.Signature) -> None:
+    """ConfigurationError for a shard template that cannot name a lease, or a lease that
+    is not a positive number of seconds."""
     if not isinstance(template, str) or not template.strip():
         raise ConfigurationError(
             f"task {task_name}: LeaderTask needs shard=, a template naming the lease such as "
             f'"tenant/{{tenant_id}}" (a fixed name gives one leader for all ticks)'
         )
     check_template(task_name, template, signature, "shard")
+    if isinstance(lease, bool) or not isinstance(lease, int | float) \
+            or not math.isfinite(lease) or lease <= 0:
+        raise ConfigurationError(
+            f"task {task_name}: LeaderTask needs lease=, the seconds a holder keeps the shard "
+            f"between ticks (> 0), not {lease!r}"
+        )
 
 
 def holder_id(hostname: str | None) -> str:
@@ -91,6 +99,10 @@ class LeaderTask(Task):
     lease: ClassVar[float | None] = None
 
     _shard_signature: ClassVar[inspect.Signature | None] = None
+    #: Why this task is refused (a bad shard or lease), kept rather than raised: raised at
+    #: class creation it would stop the Celery app's finalize, and every other task with
+    #: it (as for IdempotentTask: ``declaration``). Check E001 reports it.
+    _declaration_error: ClassVar[ConfigurationError | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -98,15 +110,23 @@ class LeaderTask(Task):
             return  # an abstract base: concrete tasks are checked when they define run
         name = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
         signature = body_signature(cls.__dict__["run"])
-        _check_shard(name, cls.shard, signature)
-        lease = cls.lease
-        if isinstance(lease, bool) or not isinstance(lease, int | float) \
-                or not math.isfinite(lease) or lease <= 0:
-            raise ConfigurationError(
-                f"task {name}: LeaderTask needs lease=, the seconds a holder keeps the shard "
-                f"between ticks (> 0), not {lease!r}"
-            )
+        try:
+            _check_declaration(name, cls.shard, cls.lease, signature)
+        except ConfigurationError as exc:
+            cls._declaration_error = ConfigurationError(
+                f"{exc} (the task is refused until its declaration is fixed; manage.py check "
+                "reports it as celery_idem.E001)")
+            return
+        cls._declaration_error = None
         cls._shard_signature = signature
+
+    def _refuse_if_misdeclared(self) -> None:
+        if self._declaration_error is not None:
+            raise ConfigurationError(str(self._declaration_error))
+
+    def apply_async(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_misdeclared()
+        return super().apply_async(*args, **kwargs)
 
     # -- what the body sees ------------------------------------------------------------
 
@@ -168,6 +188,7 @@ class LeaderTask(Task):
     # -- worker side -------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_if_misdeclared()  # a message of it fails on the worker, unrun
         request = self.request
         if request.called_directly:
             # A plain function call (a unit test of the body): no lease.

@@ -200,7 +200,7 @@ class Checkpoint(models.Model):
         db_index=False,  # the unique (job, step) constraint's index serves it
     )
     step = models.CharField(_("step"), max_length=200)
-    value = models.JSONField(_("value"), null=True, blank=True)
+    value = OrderedJSONField(_("value"), null=True, blank=True)
     attempt = models.PositiveIntegerField(_("attempt"))
     at = models.DateTimeField(_("at"), default=timezone.now)
 

@@ -199,14 +199,14 @@ WITH owner AS (
     FOR SHARE
 ), moved AS (
     INSERT INTO {checkpoint} (job_id, step, value, attempt, at)
-    SELECT id, %(step)s, %(value)s::jsonb, %(attempt)s, %(now)s FROM owner
+    SELECT id, %(step)s, %(value)s::json, %(attempt)s, %(now)s FROM owner
     ON CONFLICT (job_id, step) DO NOTHING
     RETURNING job_id AS id, attempt
 ){record}
 SELECT EXISTS (SELECT 1 FROM owner), EXISTS (SELECT 1 FROM moved)
 
 -- name: step_read
--- As text: the caller parses it, whatever loader the connection has for jsonb.
+-- As text: the caller parses it, whatever loader the connection has for json.
 SELECT value::text FROM {checkpoint} WHERE job_id = %(id)s AND step = %(step)s
 
 -- name: steps_clear

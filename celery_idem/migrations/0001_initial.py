@@ -210,7 +210,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('step', models.CharField(max_length=200, verbose_name='step')),
-                ('value', models.JSONField(blank=True, null=True, verbose_name='value')),
+                ('value', celery_idem.fields.OrderedJSONField(blank=True, null=True, verbose_name='value')),
                 ('attempt', models.PositiveIntegerField(verbose_name='attempt')),
                 ('at', models.DateTimeField(default=django.utils.timezone.now, verbose_name='at')),
                 ('job', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='celery_idem.job', verbose_name='job')),

@@ -48,6 +48,22 @@ def flaky_steps(self, n):
     return [self.step(name, _effect, self.idempotency_key, name) for name in ("a", "b")]
 
 
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="ordered-step/{n}",
+             name="tests.ordered_step")
+def ordered_step(self, n):
+    """A step whose value is an object, then a failure (once) after it."""
+    value = self.step("order", _ordered_value)
+    if "after" in FAIL:
+        FAIL.discard("after")
+        raise RuntimeError("the body failed after its step")
+    return value
+
+
+def _ordered_value():
+    Effect.objects.create(key=f"ordered/{len(Effect.objects.all())}")
+    return {"zeta": 1, "alpha": {"y": 2, "b": 3}, "mid": [1, "2"]}
+
+
 @shared_task(base=IdempotentTask, bind=True, atomic=True, idempotency_key="atomic-steps/{n}",
              name="tests.atomic_steps")
 def atomic_steps(self, n, fail=False):
@@ -90,6 +106,19 @@ def test_a_retried_job_skips_completed_steps_unless_they_are_cleared(backend):
     assert runs(job.key) == {"a": 1, "b": 2}
     events = list(Transition.objects.filter(job=job).values_list("event", "attempt"))
     assert events.count(("step_completed", 1)) == 1 and ("step_completed", 2) in events
+
+
+def test_a_stored_step_value_comes_back_as_it_was_returned_keys_in_order(backend):
+    """The re-run after a failure reads the step from its checkpoint: the same JSON, the
+    object's keys in the order the step returned them (not jsonb's)."""
+    FAIL.add("after")
+    assert run(ordered_step, 1).state == "FAILURE"
+    job = Job.objects.get(key="ordered-step/1")
+    assert actions.retry(job, actor="op", dispatch=False).done
+    value = run(ordered_step, 1).get()
+    assert Effect.objects.filter(key__startswith="ordered/").count() == 1  # read, not re-run
+    assert value == {"zeta": 1, "alpha": {"y": 2, "b": 3}, "mid": [1, "2"]}
+    assert list(value) == ["zeta", "alpha", "mid"] and list(value["alpha"]) == ["y", "b"]
 
 
 def test_idem_retry_clear_steps_runs_every_step_again(backend, monkeypatch):

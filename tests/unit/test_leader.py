@@ -1,5 +1,6 @@
 """LeaderTask declarations: the shard template and the lease are checked when the task
-class is created; the holder names the process (and the thread off the main one)."""
+class is created, and a bad one refuses that task alone, by name; the holder names the
+process (and the thread off the main one)."""
 
 from __future__ import annotations
 
@@ -47,9 +48,17 @@ def test_a_fixed_shard_gives_one_lease_for_every_tick():
     ({"shard": "tenant/{tenant_id}", "lease": -3}, "needs lease="),
     ({"shard": "tenant/{tenant_id}", "lease": "60"}, "needs lease="),
 ])
-def test_a_bad_declaration_fails_when_the_task_is_created(options, message):
-    with pytest.raises(ConfigurationError, match=message):
-        make_task(tick, name=f"l.bad{len(message)}", **options)
+def test_a_bad_declaration_refuses_that_task_alone_by_name(options, message):
+    """Created, not raised (the app still finalizes, its other tasks work): its publishes
+    and its runs raise the declaration's error, naming the task and check E001."""
+    name = f"l.bad.{id(options)}"
+    task = make_task(tick, name=name, **options)
+    for refused in (lambda: task.apply_async((1,)), lambda: task(1)):
+        with pytest.raises(ConfigurationError, match=message) as raised:
+            refused()
+        assert name in str(raised.value) and "celery_idem.E001" in str(raised.value)
+    fine = make_task(tick, name=f"{name}.beside", shard="tenant/{tenant_id}", lease=5)
+    assert fine.shard_name((1,), {}) == "tenant/1"
 
 
 def test_a_template_that_fails_on_the_arguments_is_invalid_lease():
