@@ -79,11 +79,12 @@ def _record(move: Move, history_values: str, source: str = "moved",
     of the attempt it ends, over ``source``, for a statement that can end one."""
     if not move.recorded:
         return ""
-    if move.records_start and start is None:
+    if not move.records_start:
+        start = "NULL"
+    elif start is None:
         raise ValueError(f"the statement of move {move.event!r} cannot keep its start")
     return "\n" + (QUERIES["move_record"].replace("{history_values}", history_values)
-                   .replace("{source}", source)
-                   .replace("{start}", start if move.records_start else "NULL"))
+                   .replace("{source}", source).replace("{start}", start))
 
 
 def _start_returning(move: Move) -> str:
