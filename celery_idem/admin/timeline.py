@@ -68,8 +68,8 @@ def attempts(job: Job, transitions: Iterable[Transition]) -> list[dict[str, Any]
     """Each attempt of ``job``, oldest first: when it started, its worker, when and how it
     ended. The row holds the last claim's start and a success; the history holds every
     other end, each with the start of the attempt it ended (``attempt_started_at``: of
-    the attempt before its own for a take-over, which also starts one). A history row
-    without it (none is written so) leaves that start None."""
+    the attempt before its own for a take-over, which also starts one). Where that row
+    does not say (the backends always write it), the start is None."""
     runs: dict[int, dict[str, Any]] = {n: {"attempt": n, "started": None, "worker": "",
                                            "ended": None, "event": "", "to": None,
                                            "reason": ""}
