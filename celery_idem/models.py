@@ -179,6 +179,13 @@ class Transition(models.Model):
         help_text=_("the user who acted, for operator actions"),
     )
     at = models.DateTimeField(_("at"), default=timezone.now)
+    #: Kept by the moves that end an attempt (``states.Move.ends_attempt``): the job row
+    #: keeps only its last claim's start.
+    attempt_started_at = models.DateTimeField(
+        _("attempt started at"), null=True, blank=True,
+        help_text=_("when the attempt this move ended had started (a take-over ends the "
+                    "attempt before its own)"),
+    )
 
     class Meta:
         verbose_name = _("transition")

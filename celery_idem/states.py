@@ -3,7 +3,8 @@
 ``MOVES`` is the one table of allowed writes. A move names the states it starts from,
 the state it ends in (None: the state stays as it is), the row conditions that guard it
 (``Guard``), whether it is fenced by the attempt its writer holds, the columns it may
-set, and whether it appends a history row. The backends render a move as a conditional
+set, whether it appends a history row, and whether it ends an attempt (its history row
+then keeps that attempt's start). The backends render a move as a conditional
 statement (SQL on PostgreSQL, ORM filters elsewhere) and refuse what the table does not
 allow (``backends.base.Backend``); nothing else writes a job row.
 
@@ -87,6 +88,17 @@ class Move:
     #: Columns the move always writes with the same value, as (column, value) pairs:
     #: a ``Change`` of the move carries them without its writer naming them.
     marks: tuple[tuple[str, object], ...] = ()
+    #: Whether the move ends the attempt that holds the claim (a take-over: the attempt it
+    #: takes over). A recorded one keeps that attempt's start in its history row
+    #: (``Transition.attempt_started_at``: the job row's ``started_at`` as it was before
+    #: the move), since the next claim overwrites the row's; the one that is not recorded
+    #: (a success) ends the key's last attempt, whose start the row keeps.
+    ends_attempt: bool = False
+
+    @property
+    def records_start(self) -> bool:
+        """Whether the move's history row keeps the start of the attempt it ends."""
+        return self.recorded and self.ends_attempt
 
     def starts_from(self, state: State | None) -> bool:
         return state in self.sources
@@ -115,10 +127,10 @@ RESEND_COLUMNS = frozenset({"task_id", "dispatch_count", "sent_at"})
 def _m(event: str, sources: set[State | None] | frozenset[State | None],
        target: State | None, guard: Guard, sets: set[str] | frozenset[str], label: Promise,
        recorded: bool = True, announced: bool = True, marks: dict[str, object] | None = None,
-       ) -> Move:
+       ends_attempt: bool = False) -> Move:
     marks = marks or {}
     return Move(event, frozenset(sources), target, guard, frozenset(sets) | set(marks), label,
-                recorded, announced, tuple(sorted(marks.items())))
+                recorded, announced, tuple(sorted(marks.items())), ends_attempt)
 
 
 _FENCED, _NONE = Guard.FENCED, Guard.NONE
@@ -128,35 +140,40 @@ MOVES: dict[str, Move] = {m.event: m for m in [
     # The happy path (published, claimed, succeeded) records no history: the job row
     # holds when it was created, started and finished, its attempt and its worker, and
     # the admin's timeline shows them from there (issue 11: a fresh task writes its row,
-    # not three history rows). What the row cannot hold is recorded.
+    # not three history rows). What the row cannot hold is recorded: the moves that end
+    # an attempt otherwise than by success keep its start (``ends_attempt``).
     _m("published", {None}, P, _NONE, INTENT_COLUMNS, _("published"), recorded=False),
     # A worker won the claim; from None when the producer's intent is missing.
     _m("claimed", {P, None}, R, Guard.SAME_ARGUMENTS | Guard.CLAIMABLE,
        CLAIM_COLUMNS | INTENT_COLUMNS, _("claimed"), recorded=False),
     _m("taken_over", {R}, R, Guard.SAME_ARGUMENTS | Guard.CLAIMABLE | Guard.LEASE_EXPIRED,
-       CLAIM_COLUMNS, _("taken over")),
+       CLAIM_COLUMNS, _("taken over"), ends_attempt=True),
     _m("heartbeat", {R}, R, _FENCED, {"lease_expires_at"}, _("lease extended"),
        recorded=False, announced=False),
     # The body replaced itself (self.replace): the claim waits, with no lease and no
     # worker, for its replacement's last step to commit the outcome; never run again.
     _m("replaced", {R}, R, _FENCED, {"lease_expires_at", "worker"},
        _("handed to its replacement")),
-    _m("succeeded", {R}, S, _FENCED, _ENDS | {"result"}, _("succeeded"), recorded=False),
-    _m("failed", {R}, F, _FENCED, _ENDS | {"error"}, _("failed")),
+    _m("succeeded", {R}, S, _FENCED, _ENDS | {"result"}, _("succeeded"), recorded=False,
+       ends_attempt=True),
+    _m("failed", {R}, F, _FENCED, _ENDS | {"error"}, _("failed"), ends_attempt=True),
     # The retry's own message (its envelope) replaces the one a re-send would send; a
     # retry with new arguments (self.retry(args=..., kwargs=...)) moves them too.
     _m("retry_scheduled", {R}, P, _FENCED, {"not_before", "lease_expires_at", "message",
                                             "expires_at", "fingerprint", "args", "kwargs"},
-       _("retry scheduled")),
+       _("retry scheduled"), ends_attempt=True),
     # Stale claim, worker lost, worker shut down, or an operator.
     _m("released", {R}, P, _FENCED, {"lease_expires_at", "worker"} | RESEND_COLUMNS,
-       _("released")),
+       _("released"), ends_attempt=True),
     # The flag marks the FAILED jobs an operator looks for (the admin's filter,
     # idem_status, idem_retry --reason dead-lettered) in the row, not in its history.
+    # From PENDING it ends no attempt (one already ended); the start it keeps is the
+    # row's, as ever: that attempt's, which the line that ended it kept too.
     _m("dead_lettered", {R, P}, F, _FENCED, _ENDS | {"error", "sent_at"}, _("dead-lettered"),
-       marks={"dead_lettered": True}),
+       marks={"dead_lettered": True}, ends_attempt=True),
     # Lost mid-run, and the task must not re-run blindly: an operator decides.
-    _m("uncertain", {R}, U, _FENCED, {"lease_expires_at", "worker"}, _("outcome uncertain")),
+    _m("uncertain", {R}, U, _FENCED, {"lease_expires_at", "worker"}, _("outcome uncertain"),
+       ends_attempt=True),
     # Its message expired unclaimed (Celery dropped it, or `expires` passed).
     _m("expired", {P}, X, _FENCED, _ENDS | {"error"}, _("expired")),
     _m("reset", {F, U, X}, P, _FENCED,
@@ -295,6 +312,11 @@ def markdown_table() -> str:
         marked = dict(m.marks)
         writes = sorted(m.sets - set(marked)) + [f"{c} = {v!r}" for c, v in m.marks]
         lines.append(f"| {m.event} | {sources} | {target} | {guard} | "
-                     f"{', '.join(writes) or '-'} | {'yes' if m.recorded else 'no'} |")
+                     f"{', '.join(writes) or '-'} | {_history_cell(m)} |")
     return "\n".join(lines) + "\n"
 
+
+def _history_cell(m: Move) -> str:
+    if m.records_start:
+        return "yes, with the start of the attempt it ends"
+    return "yes" if m.recorded else "no"

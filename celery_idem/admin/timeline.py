@@ -66,19 +66,24 @@ def _line(at: datetime, event: str, from_state: str | None, to_state: str, attem
 
 def attempts(job: Job, transitions: Iterable[Transition]) -> list[dict[str, Any]]:
     """Each attempt of ``job``, oldest first: when it started, its worker, when and how it
-    ended. The row holds the last claim's start; the history holds each take-over's start
-    and every end but a success, which the row holds. An earlier attempt's plain claim is
-    recorded nowhere, so its start is None."""
+    ended. The row holds the last claim's start and a success; the history holds every
+    other end, each with the start of the attempt it ended (``attempt_started_at``: of
+    the attempt before its own for a take-over, which also starts one). Where that row
+    does not say (the backends always write it), the start is None."""
     runs: dict[int, dict[str, Any]] = {n: {"attempt": n, "started": None, "worker": "",
                                            "ended": None, "event": "", "to": None,
                                            "reason": ""}
                                        for n in range(1, job.attempt + 1)}
     for t in transitions:
+        if t.attempt_started_at is not None:
+            ended = runs.get(t.attempt - 1 if t.event in _CLAIMS else t.attempt)
+            if ended is not None:
+                ended["started"] = ended["started"] or t.attempt_started_at
         run = runs.get(t.attempt)
         if run is None:
             continue
         if t.event == "taken_over":
-            run.update(started=t.at, worker=t.worker)
+            run.update(started=run["started"] or t.at, worker=t.worker)
             before = runs.get(t.attempt - 1)
             if before is not None and before["ended"] is None:  # its claim was taken over
                 before.update(ended=t.at, event=t.event, to=State.RUNNING)

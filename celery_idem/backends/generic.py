@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Subquery
 
 from .. import states
 from ..models import Checkpoint, Job, Transition
@@ -84,12 +84,24 @@ class GenericBackend(Backend):
         return JobRow.from_values(values) if values else None
 
     def _history(self, job_id: int, change: Change, to_state: State, attempt: int,
-                 now: datetime, from_state: State | None = None) -> None:
+                 now: datetime, from_state: State | None = None, started: Any = None) -> None:
+        """Append the line; ``started``: the start of the attempt the move ended (a value,
+        or an expression the INSERT reads)."""
         Transition.objects.using(self.alias).create(
             job_id=job_id, event=change.event, from_state=from_state or change.from_state,
             to_state=to_state, attempt=attempt, worker=change.worker,
             task_id=change.task_id, reason=change.reason, actor=change.actor, at=now,
+            attempt_started_at=started,
         )
+
+    def _start_before_claim(self, **key: Any) -> datetime | None:
+        """The row's started_at before a claim rewrites it, read under the row's lock
+        (SQLite: the database's write lock), so the claim's UPDATE then writes the row
+        read here and no other claim can come in between."""
+        self._take_write_lock()
+        found: datetime | None = self._jobs().filter(**key).select_for_update().values_list(
+            "started_at", flat=True).first()
+        return found
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
@@ -151,6 +163,7 @@ class GenericBackend(Backend):
         guard = states.guard_q(move, now=now, fingerprint=intent.fingerprint,
                                task_id=claimant.task_id)
         with self._written_with_history(move.recorded or states.move(DUPLICATE).recorded):
+            started = self._start_before_claim(**key) if move.records_start else None
             matched = self._jobs().filter(guard, state=source, **key).update(
                 state=State.RUNNING, attempt=F("attempt") + 1, worker=claimant.worker,
                 task_id=claimant.task_id, lease_expires_at=claimant.lease_expires_at,
@@ -164,7 +177,8 @@ class GenericBackend(Backend):
                 if move.recorded:
                     line = Change(row.id, move.event, source, worker=claimant.worker,
                                   task_id=claimant.task_id, reason=reason)
-                    self._history(row.id, line, State.RUNNING, row.attempt, now)
+                    self._history(row.id, line, State.RUNNING, row.attempt, now,
+                                  started=started)
                 return ClaimOutcome(True, row)
             # A replay only reads, unless the table records the duplicate.
             recorded = row is not None and states.move(DUPLICATE).recorded and self._apply(
@@ -185,7 +199,12 @@ class GenericBackend(Backend):
                     state=change.to_state, updated_at=now, **change.values):
                 return None
             if move.recorded:
-                self._history(change.job_id, change, change.to_state, attempt, now)
+                # The move does not write started_at (only a claim does): the row's,
+                # read by the INSERT itself, is still the ended attempt's.
+                started = Subquery(Job.objects.filter(id=change.job_id).values(
+                    "started_at")[:1]) if move.records_start else None
+                self._history(change.job_id, change, change.to_state, attempt, now,
+                              started=started)
         return int(attempt)
 
     def _record(self, change: Change, move: Move, jobs: Any, now: datetime) -> int | None:

@@ -49,6 +49,7 @@ class HistoryLine:
     reason: str = ""
     actor: str = ""
     at: datetime | None = None
+    attempt_started_at: datetime | None = None
 
 
 @dataclass
@@ -139,13 +140,14 @@ class InMemoryBackend(Backend):
                      if (j.namespace, j.key) == (intent.namespace, intent.key)), None)
 
     def _line(self, job: MemoryJob, change: Change, attempt: int, now: datetime,
-              unchanged: bool = False) -> None:
+              unchanged: bool = False, started: datetime | None = None) -> None:
         # A move that changes no state records the state the job is in.
         source, target = (job.state, job.state) if unchanged else (change.from_state,
                                                                    change.to_state)
         self.history.append(HistoryLine(
             job.id, change.event, source, target, attempt, change.worker,
-            change.task_id, change.reason, change.actor, now))
+            change.task_id, change.reason, change.actor, now,
+            started if states.move(change.event).records_start else None))
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
                 claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
@@ -179,6 +181,7 @@ class InMemoryBackend(Backend):
                 return ClaimOutcome(False, None)
             if job.state == source and job.matches(move, now, fingerprint=intent.fingerprint,
                                                    task_id=claimant.task_id):
+                started = job.started_at  # the attempt taken over's, before the claim
                 job.state, job.attempt = State.RUNNING, job.attempt + 1
                 job.worker, job.task_id = claimant.worker, claimant.task_id
                 job.lease_expires_at, job.not_before = claimant.lease_expires_at, None
@@ -186,7 +189,7 @@ class InMemoryBackend(Backend):
                 if move.recorded:
                     self._line(job, Change(job.id, move.event, source, worker=claimant.worker,
                                            task_id=claimant.task_id, reason=reason),
-                               job.attempt, now)
+                               job.attempt, now, started=started)
                 return ClaimOutcome(True, job.row())
             recorded = states.move(DUPLICATE).recorded and self._apply(Change(
                 job.id, DUPLICATE, job.state, attempt=job.attempt, worker=claimant.worker,
@@ -219,12 +222,13 @@ class InMemoryBackend(Backend):
             else:
                 if job.state != change.from_state:
                     return None
+                started = job.started_at  # as it was before the move
                 for column, value in change.values.items():
                     setattr(job, column, value)
                 job.state, job.updated_at = change.to_state, now
                 attempt = job.attempt
-            if move.recorded:
-                self._line(job, change, attempt, now)
+                if move.recorded:
+                    self._line(job, change, attempt, now, started=started)
             return attempt
 
     # -- step checkpoints ----------------------------------------------------------------

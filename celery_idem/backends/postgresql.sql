@@ -4,13 +4,14 @@
 -- (the tables), {row} (the columns of a JobRow), {history_insert} (the one INSERT of a
 -- history line).
 -- Filled per move from the move table (celery_idem/states.py): {sets}, {guard} (from
--- the guard_* fragments below) and {record} (the history CTE, when the move records).
+-- the guard_* fragments below) and {record} (the history CTE, when the move records;
+-- with the start of the attempt the move ends, when it ends one: Move.ends_attempt).
 -- Each step is one statement: data-modifying CTEs do the conditional write, append the
 -- history line and, when the write did not match, return the row that stood in the way.
 
 -- name: history_insert
 INSERT INTO {history} (job_id, event, from_state, to_state, attempt, worker, task_id,
-                       reason, actor, at)
+                       reason, actor, at, attempt_started_at)
 
 -- name: guard_fenced
 attempt = %(attempt)s
@@ -83,7 +84,7 @@ WHERE (namespace, key) IN (SELECT namespace, key FROM v)
 -- backlog for its key (tests/db/test_claim_plan.py). A claim that loses to a finished
 -- row only reads it ({duplicate}: the history line, were the ``duplicate`` move recorded).
 WITH target AS (
-    SELECT id FROM {job} WHERE namespace = %(namespace)s AND key = %(key)s
+    SELECT id{start_read} FROM {job} WHERE namespace = %(namespace)s AND key = %(key)s
 ), claimed AS (
     UPDATE {job}
     SET state = %(to_state)s, attempt = attempt + 1, worker = %(worker)s,
@@ -97,13 +98,28 @@ UNION ALL
 SELECT false, {duplicate_recorded}, {row} FROM {job}
 WHERE id = (SELECT id FROM target) AND NOT EXISTS (SELECT 1 FROM claimed)
 
+-- name: claim_start_read
+-- A claim that ends an attempt (a take-over) keeps that attempt's start: the row as this
+-- statement's snapshot saw it ({start_read} in "target"). Its UPDATE is guarded by the
+-- attempt seen too (claim_start_guard): when another claim committed in between, the
+-- UPDATE re-checks the row that claim left, whose attempt is one more, and matches
+-- nothing. Only a claim writes started_at, always with a new attempt, so the start
+-- seen is the start of the attempt taken over.
+, attempt AS seen_attempt, started_at AS seen_start
+
+-- name: claim_start_guard
+attempt = (SELECT seen_attempt FROM target)
+
+-- name: claim_start
+(SELECT seen_start FROM target)
+
 -- name: claim_duplicate
 -- The history CTE of a lost claim on a finished key (appended to "claim" only while the
 -- ``duplicate`` move records: it does not, so a replay's claim writes nothing).
 , dup AS (
     {history_insert}
     SELECT id, %(duplicate)s, state, state, attempt, %(worker)s, %(task_id)s,
-           %(duplicate_reason)s, '', %(now)s
+           %(duplicate_reason)s, '', %(now)s, NULL
     FROM {job}
     WHERE id = (SELECT id FROM target) AND state || '' = ANY(%(duplicate_sources)s)
       AND {duplicate_guard} AND NOT EXISTS (SELECT 1 FROM claimed)
@@ -115,7 +131,7 @@ WHERE id = (SELECT id FROM target) AND NOT EXISTS (SELECT 1 FROM claimed)
 WITH moved AS (
     UPDATE {job} SET state = %(to_state)s, updated_at = %(now)s{sets}
     WHERE id = %(id)s AND state = %(from_state)s AND {guard}
-    RETURNING id, attempt
+    RETURNING id, attempt{start_returning}
 ){record}
 {result}
 
@@ -131,12 +147,19 @@ SELECT 1 / count(*)::int FROM moved
 
 -- name: move_record
 -- The history CTE of a move that records (appended to "insert", "insert_batch", "claim",
--- "move", "move_batch" and "step_save"; {source} is the CTE that wrote the row).
+-- "move", "move_batch" and "step_save"; {source} is the CTE that wrote the row). {start}:
+-- the start of the attempt the move ends, or NULL. A move other than a claim does not
+-- write started_at, so the value its RETURNING gives ({start_returning}) is the one
+-- the row had; a claim's comes from claim_start.
 , hist AS (
     {history_insert}
-    SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, {history_values}, %(now)s
+    SELECT id, %(event)s, %(from_state)s, %(to_state)s, attempt, {history_values}, %(now)s,
+           {start}
     FROM {source}
 )
+
+-- name: start_returning
+, started_at
 
 -- name: record
 -- A move that only appends a history line: the row is checked, not written. The line
@@ -145,7 +168,7 @@ SELECT 1 / count(*)::int FROM moved
 -- row it left, so the line follows that write in the history, or matches nothing.
 {history_insert}
 SELECT id, %(event)s, state, state, COALESCE(%(attempt)s, attempt),
-       %(worker)s, %(task_id)s, %(reason)s, %(actor)s, %(now)s
+       %(worker)s, %(task_id)s, %(reason)s, %(actor)s, %(now)s, NULL
 FROM {job}
 WHERE id = %(id)s AND state = ANY(%(sources)s) AND {guard}
 FOR SHARE
@@ -160,7 +183,7 @@ WITH v AS (
 ), moved AS (
     UPDATE {job} AS j SET state = %(to_state)s, updated_at = %(now)s{sets}
     FROM v WHERE j.id = v.id AND j.state = %(from_state)s AND j.attempt = v.attempt
-    RETURNING j.id, j.attempt, v.h_worker, v.h_task_id, v.h_reason
+    RETURNING j.id, j.attempt, v.h_worker, v.h_task_id, v.h_reason{start_returning}
 ){record}
 SELECT id FROM moved
 

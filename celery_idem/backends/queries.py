@@ -73,11 +73,24 @@ def _json_cast(column: str) -> str:
 _WORKER_LINE = "%(worker)s, %(task_id)s, %(reason)s, ''"
 
 
-def _record(move: Move, history_values: str, source: str = "moved") -> str:
+def _record(move: Move, history_values: str, source: str = "moved",
+            start: str | None = None) -> str:
+    """The history CTE of ``move`` if it records; ``start``: the expression of the start
+    of the attempt it ends, over ``source``, for a statement that can end one."""
     if not move.recorded:
         return ""
+    if not move.records_start:
+        start = "NULL"
+    elif start is None:
+        raise ValueError(f"the statement of move {move.event!r} cannot keep its start")
     return "\n" + (QUERIES["move_record"].replace("{history_values}", history_values)
-                   .replace("{source}", source))
+                   .replace("{source}", source).replace("{start}", start))
+
+
+def _start_returning(move: Move) -> str:
+    """What a move's UPDATE returns besides the row's id and attempt: its start, which
+    the history CTE of a move that ends an attempt keeps."""
+    return QUERIES["start_returning"] if move.records_start else ""
 
 
 @cache
@@ -98,8 +111,12 @@ def insert_batch_sql(event: str) -> str:
 def claim_sql(event: str) -> str:
     """The claim statement of move ``event``."""
     m, duplicate = states.move(event), states.move(DUPLICATE)
-    sql = (QUERIES["claim"].replace("{guard}", _guard(m.guard))
-           .replace("{record}", _record(m, _WORKER_LINE, "claimed")))
+    guard = _guard(m.guard)
+    if m.records_start:  # a take-over: the start it keeps is the attempt's it guards
+        guard += " AND " + QUERIES["claim_start_guard"]
+    sql = (QUERIES["claim"].replace("{guard}", guard)
+           .replace("{start_read}", QUERIES["claim_start_read"] if m.records_start else "")
+           .replace("{record}", _record(m, _WORKER_LINE, "claimed", QUERIES["claim_start"])))
     if not duplicate.recorded:
         return sql.replace("{duplicate}", "").replace("{duplicate_recorded}", "false")
     return (sql.replace("{duplicate}", "\n" + QUERIES["claim_duplicate"])
@@ -115,7 +132,9 @@ def move_sql(event: str, columns: tuple[str, ...], final: bool = False) -> str:
     if m.target is None and not columns:
         return QUERIES["record"].replace("{guard}", _guard(m.guard))
     return (QUERIES["move"].replace("{guard}", _guard(m.guard)).replace("{sets}", _sets(columns))
-            .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s"))
+            .replace("{start_returning}", _start_returning(m))
+            .replace("{record}", _record(m, "%(worker)s, %(task_id)s, %(reason)s, %(actor)s",
+                                         start="started_at"))
             .replace("{result}", QUERIES["move_result_final" if final else "move_result"]))
 
 
@@ -128,9 +147,12 @@ def step_sql(event: str) -> str:
 
 @cache
 def batch_sql(event: str, columns: tuple[str, ...], types: tuple[str, ...]) -> str:
+    m = states.move(event)
     return (QUERIES["move_batch"]
             .replace("{arrays}", "".join(f", %(v_{c})s::{t}[]" for c, t in zip(columns, types,
                                                                                  strict=True)))
             .replace("{names}", "".join(f", v_{c}" for c in columns))
             .replace("{sets}", _sets(columns, "v.v_{c}"))
-            .replace("{record}", _record(states.move(event), "h_worker, h_task_id, h_reason, ''")))
+            .replace("{start_returning}", _start_returning(m))
+            .replace("{record}", _record(m, "h_worker, h_task_id, h_reason, ''",
+                                         start="started_at")))

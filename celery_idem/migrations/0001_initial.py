@@ -112,8 +112,8 @@ ROUTINES = {
         'END\n'
         '$body$'
     ),
-    'celery_idem_fail_f07420a71e': (
-        'CREATE OR REPLACE FUNCTION celery_idem_fail_f07420a71e(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_error text, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_id bigint, p_from_state text, p_attempt bigint, p_event text, p_worker text, p_task_id text, p_reason text, p_actor text)\n'
+    'celery_idem_fail_d3820fb8d6': (
+        'CREATE OR REPLACE FUNCTION celery_idem_fail_d3820fb8d6(p_unflushed boolean, p_to_state text, p_now timestamptz, p_v_error text, p_v_finished_at timestamptz, p_v_lease_expires_at timestamptz, p_id bigint, p_from_state text, p_attempt bigint, p_event text, p_worker text, p_task_id text, p_reason text, p_actor text)\n'
         'RETURNS TABLE (attempt integer) LANGUAGE plpgsql AS $body$\n'
         '#variable_conflict use_column\n'
         'BEGIN\n'
@@ -124,12 +124,13 @@ ROUTINES = {
         'WITH moved AS (\n'
         '    UPDATE celery_idem_job SET state = p_to_state, updated_at = p_now, error = p_v_error::jsonb, finished_at = p_v_finished_at, lease_expires_at = p_v_lease_expires_at\n'
         '    WHERE id = p_id AND state = p_from_state AND attempt = p_attempt\n'
-        '    RETURNING id, attempt\n'
+        '    RETURNING id, attempt, started_at\n'
         ')\n'
         ', hist AS (\n'
         '    INSERT INTO celery_idem_transition (job_id, event, from_state, to_state, attempt, worker, task_id,\n'
-        '                       reason, actor, at)\n'
-        '    SELECT id, p_event, p_from_state, p_to_state, attempt, p_worker, p_task_id, p_reason, p_actor, p_now\n'
+        '                       reason, actor, at, attempt_started_at)\n'
+        '    SELECT id, p_event, p_from_state, p_to_state, attempt, p_worker, p_task_id, p_reason, p_actor, p_now,\n'
+        '           started_at\n'
         '    FROM moved\n'
         ')\n'
         'SELECT attempt FROM moved;\n'
@@ -234,6 +235,7 @@ class Migration(migrations.Migration):
                 ('reason', models.TextField(blank=True, default='', verbose_name='reason')),
                 ('actor', models.CharField(blank=True, default='', help_text='the user who acted, for operator actions', max_length=150, verbose_name='actor')),
                 ('at', models.DateTimeField(default=django.utils.timezone.now, verbose_name='at')),
+                ('attempt_started_at', models.DateTimeField(blank=True, help_text='when the attempt this move ended had started (a take-over ends the attempt before its own)', null=True, verbose_name='attempt started at')),
                 ('job', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='transitions', to='celery_idem.job', verbose_name='job')),
             ],
             options={

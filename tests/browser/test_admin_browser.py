@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
 
+from celery_idem.admin import display
 from celery_idem.fingerprints import fingerprint
 from celery_idem.models import Job
 from celery_idem.states import State
@@ -188,8 +190,11 @@ def test_find_read_and_retry_a_failed_job(browser, live_server, transactional_db
     runs = [[td.text for td in row.find_elements(By.TAG_NAME, "td")]
             for row in driver.find_elements(By.CSS_SELECTOR, ".idem-attempt-row")]
     assert [(run[0], run[2], run[4]) for run in runs] == [
-        ("1", "celery@payments-2", "–"), ("2", "celery@payments-2", "2.4 s")]
-    assert runs[0][1] == "not recorded" and runs[1][1] != "not recorded"
+        ("1", "celery@payments-2", "2.4 s"), ("2", "celery@payments-2", "2.4 s")]
+    # Each attempt's start: the first kept by the retry that ended it, the last the row's.
+    first_claim = declined.created_at + timedelta(milliseconds=150)  # as make_job claims
+    assert [run[1] for run in runs] == [display.full_time(first_claim),
+                                        display.full_time(declined.started_at)]
     assert runs[0][5].startswith("retry scheduled PENDING")
     assert runs[1][5].startswith("failed FAILED\nCardDeclined: card declined")
     traceback = driver.find_element(By.CSS_SELECTOR, "details.idem-traceback")

@@ -12,6 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from celery_idem.admin import JobAdmin, changelist, display
+from celery_idem.admin.timeline import EVENT_LABELS
+from celery_idem.backends import Change, Claimant, Intent, get_backend
 from celery_idem.models import Job, Transition
 from celery_idem.states import State
 from tests.browser.jobs import make_job, populate
@@ -245,8 +247,9 @@ class TestJobDetail:
             (1, "celery@payments-1")}
 
     def test_each_attempt_with_its_start_worker_and_end(self, viewer):
-        """One line per attempt: when it started where known (the row's last claim, a
-        take-over's history row), its worker, and the move that ended it with its reason."""
+        """One line per attempt: when it started (the row's last claim, the history row
+        that ended an earlier one), its worker, and the move that ended it with its
+        reason."""
         job = make_job("invoice/1", State.FAILED, attempts=2, worker="celery@billing-1",
                        retried=["ConnectionError: ERP API returned 503"])
         runs = viewer.get(detail(job)).context["attempts"]
@@ -255,13 +258,51 @@ class TestJobDetail:
             (2, "celery@billing-1", "failed",
              "CardDeclined: card declined: insufficient funds (code 51)"),
         ]
-        assert [r["started"] for r in runs] == ["", display.full_time(job.started_at)]
-        assert [r["ran"] for r in runs] == ["", "2.0 s"]
+        first_claim = job.created_at + timedelta(milliseconds=150)  # as make_job claims
+        assert [r["started"] for r in runs] == [display.full_time(first_claim),
+                                                display.full_time(job.started_at)]
+        assert [r["ran"] for r in runs] == ["2.0 s", "2.0 s"]
         assert "Pending" in runs[0]["to"] and "Failed" in runs[1]["to"]
 
-    def test_a_taken_over_attempt_ends_where_the_next_one_starts(self, viewer):
-        """A stale claim taken over records the new attempt's start and worker; the lost
-        attempt ends there (its worker was the row's, which the take-over replaced)."""
+    @pytest.mark.parametrize("ended", ["released", "taken_over"])
+    def test_released_or_taken_over_then_claimed_again_and_succeeding_shows_both_starts(
+            self, viewer, ended):
+        """A fresh key claimed, its claim released (or taken over after its lease
+        expired), claimed again and succeeding: both attempts' starts, the first the
+        first claim's started_at, kept by the history row that ended it."""
+        backend = get_backend("default")
+        first_at = timezone.now() - timedelta(minutes=5)
+        intent = Intent("ns", "report/7", "shop.tasks.report", "fp", [], {}, {})
+        job_id = backend.publish(intent, "t-0", first_at).row.id
+        backend.claim("claimed", intent, Claimant("w/1", "t-1", first_at,
+                                                  first_at + timedelta(seconds=60)))
+        first = Job.objects.get(pk=job_id).started_at
+        now = timezone.now()
+        if ended == "released":
+            assert backend.apply(Change(job_id, "released", State.RUNNING, attempt=1,
+                                        values={"lease_expires_at": None}), now)
+            assert backend.claim("claimed", intent, Claimant(
+                "w/2", "t-2", now, now + timedelta(seconds=60))).won
+        else:
+            assert backend.claim("taken_over", intent, Claimant(
+                "w/2", "t-2", now, now + timedelta(seconds=60))).won
+        assert backend.apply(Change(job_id, "succeeded", State.RUNNING, attempt=2,
+                                    values={"result": 1, "finished_at": timezone.now(),
+                                            "lease_expires_at": None}), timezone.now())
+        job = Job.objects.get(pk=job_id)
+        runs = viewer.get(detail(job)).context["attempts"]
+        assert [r["started"] for r in runs] == [display.full_time(first_at),
+                                                display.full_time(job.started_at)]
+        assert first == first_at and job.started_at == now
+        assert [r["event"] for r in runs] == [EVENT_LABELS[ended], EVENT_LABELS["succeeded"]]
+        assert all(r["ran"] for r in runs)
+        assert b"not recorded" not in viewer.get(detail(job)).content
+
+    def test_an_attempt_whose_end_does_not_keep_its_start_shows_it_unknown(self, viewer):
+        """A history row without the ended attempt's start (none is written so; a row
+        written by hand here) leaves it unknown; the take-over's own row still gives the
+        new attempt's start and worker, and the lost attempt ends there (its worker was
+        the row's, which the take-over replaced)."""
         job = make_job("export/1", State.RUNNING, stale=True, worker="celery@reports-1")
         took = timezone.now()
         Job.objects.filter(pk=job.pk).update(attempt=2, worker="celery@reports-2",
@@ -274,6 +315,8 @@ class TestJobDetail:
             "", "taken over", display.full_time(took))
         assert (second["worker"], second["started"], second["running"]) == (
             "celery@reports-2", display.full_time(took), True)
+        assert first["started"] == ""
+        assert b"not recorded" in viewer.get(detail(job)).content
 
     def test_a_success_and_a_running_attempt_read_from_the_row(self, viewer):
         jobs = populate()

@@ -220,6 +220,34 @@ def test_batches_move_the_matching_rows_and_count_resets(store):
     assert store.task_names(10) == ["tests.task"]
 
 
+def starts(store, job_id):
+    """(event, attempt, attempt_started_at) of the job's history lines, in order."""
+    if isinstance(store, InMemoryBackend):
+        return [(h.event, h.attempt, h.attempt_started_at) for h in store.history
+                if h.job_id == job_id]
+    return list(Transition.objects.filter(job_id=job_id).order_by("id")
+                .values_list("event", "attempt", "attempt_started_at"))
+
+
+def test_the_moves_that_end_an_attempt_keep_its_start(store):
+    """Each way an attempt ends but a success keeps when it started in its history line:
+    a take-over (the attempt before its own), a batch's release, a failure; a move that
+    ends no attempt keeps none, and the happy path still records nothing."""
+    first = timezone.now() - timedelta(minutes=5)
+    second, third = first + timedelta(minutes=2), timezone.now()
+    job = store.publish(intent(), "t-0", first).row
+    store.claim("claimed", intent(), claimant("t-1", lease=60, now=first))
+    assert store.claim("taken_over", intent(), claimant("t-2", lease=1, now=second)).won
+    assert store.apply_batch([Change(job.id, "released", State.RUNNING, 2,
+                                     values={"lease_expires_at": None})], timezone.now())
+    assert store.claim("claimed", intent(), claimant("t-3", now=third)).won
+    assert store.apply(Change(job.id, "failed", State.RUNNING, attempt=3,
+                              values={"error": {"type": "X"}}), timezone.now())
+    assert store.apply(Change(job.id, "reset", State.FAILED, attempt=3), timezone.now())
+    assert starts(store, job.id) == [("taken_over", 2, first), ("released", 2, second),
+                                     ("failed", 3, third), ("reset", 3, None)]
+
+
 def step(job_id, attempt, name="ocr"):
     return Change(job_id, "step_completed", State.RUNNING, attempt=attempt,
                   reason=f"step {name!r}")

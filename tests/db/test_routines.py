@@ -82,7 +82,8 @@ def test_a_failure_is_stored_with_its_history_line(way):
         way == "routines"] * 2
     job = Job.objects.get(key=key)
     assert (job.state, job.error["type"]) == ("FAILED", "ValueError")
-    assert list(job.transitions.values_list("event", flat=True)) == ["failed"]
+    assert list(job.transitions.values_list("event", "attempt_started_at")) == [
+        ("failed", job.started_at)]
 
 
 def test_a_fenced_out_commit_writes_nothing_and_a_claim_loses_to_a_running_one(way):

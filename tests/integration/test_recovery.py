@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from celery_idem.admin import display
+from celery_idem.admin.timeline import attempts
 from celery_idem.conf import settings as idem_settings
 from celery_idem.models import Job, Transition
 from celery_idem.recovery import sweep as reaper
@@ -61,9 +63,11 @@ def flags(tmp_path, broker_service, transactional_db):
 
 
 def test_child_killed_after_effect_is_released_at_once_and_runs_again(durability, flags):
-    """SIGKILL of the pool child: the MainProcess releases the claim, attempt 2 completes."""
+    """SIGKILL of the pool child: the MainProcess releases the claim, attempt 2 completes;
+    the admin shows both attempts' starts (the first kept by the release)."""
     with Worker(concurrency=2) as w:
         start_blocked(wait_for_file, "child", flags)
+        first_start = job("wait/child").started_at
         kill_child_of(w, "wait/child", flags)
         (flags / "child").touch()
         wait_until(lambda: "released" in [e for e, _ in events("wait/child")], TIMEOUT,
@@ -73,6 +77,11 @@ def test_child_killed_after_effect_is_released_at_once_and_runs_again(durability
     released = Transition.objects.get(job__key="wait/child", event="released")
     assert released.reason.startswith("worker lost") and released.attempt == 1
     assert job("wait/child").attempt == 2 and job("wait/child").started_at > released.at
+    assert first_start is not None and released.attempt_started_at == first_start
+    done = job("wait/child")
+    runs = attempts(done, done.transitions.all())
+    assert [r["started"] for r in runs] == [display.full_time(first_start),
+                                            display.full_time(done.started_at)]
     # Not atomic: the effect before the crash stays, as the protocol's table says.
     assert Effect.objects.filter(key="wait/child").count() == 2
 

@@ -88,3 +88,26 @@ def test_the_history_keeps_what_the_job_row_cannot():
                   "reset", "resolved", "late_finish", "attempt_lost", "uncertain"):
         assert MOVES[event].recorded, event
     assert {m.event for m in MOVES.values() if not m.announced} == {"heartbeat", "sent"}
+
+
+def test_every_attempt_ends_in_a_move_that_says_so():
+    """The moves that end an attempt are those that take a RUNNING row out of RUNNING,
+    and the take-over (the attempt before its own): not a heartbeat, a hand-over to a
+    replacement, a step or a late finish, which leave the attempt running."""
+    ending = {m.event for m in MOVES.values() if m.ends_attempt}
+    leaving = {m.event for m in MOVES.values()
+               if R in m.sources and m.target not in (None, R)}
+    assert ending == leaving | {"taken_over"}
+
+
+def test_every_attempt_start_is_kept_without_a_history_row_on_the_happy_path():
+    """Each move that ends an attempt keeps its start in its history row, but the
+    success, which is not recorded: it ends the last attempt (nothing claims a finished
+    key), whose start the job row keeps. The backends read the start from the row as it
+    was before the move: only a claim rewrites started_at."""
+    silent = [m for m in MOVES.values() if m.ends_attempt and not m.records_start]
+    assert [m.event for m in silent] == ["succeeded"]
+    assert all(m.target is not None and not TRANSITIONS[m.target] & {R} for m in silent)
+    for m in MOVES.values():
+        if m.records_start and "started_at" in m.sets:
+            assert m.event in ("claimed", "taken_over"), m.event
