@@ -75,17 +75,19 @@ TIERS = [
          ("tests/db", "tests/browser", *STACK_WORKER_TESTS), {"IDEM_DATABASE": "sqlite"},
          full_paths=SAME_ON_EVERY_STACK, beside=True, extras=("beat", "docs")),
     Tier("postgres+redis", "PostgreSQL + Redis: database tests (native SQL and portable "
-         "backends), real workers on every pool, every benchmark suite at a tiny size, the "
-         "chaos suite small",
-         ("tests/db", *STACK_WORKER_TESTS, *SAME_ON_EVERY_STACK, "tests/bench", "tests/chaos"),
+         "backends), real workers on every pool, every benchmark suite at a tiny size (on "
+         "PgBouncer and MariaDB too with --full), the chaos suite small",
+         ("tests/db", *STACK_WORKER_TESTS, *SAME_ON_EVERY_STACK, "tests/bench/test_bench_smoke.py",
+          "tests/chaos"),
          {**POSTGRES, "IDEM_BROKER": f"{REDIS}/0", "IDEM_RESULTS": f"{REDIS}/1"},
-         ("postgres", "redis", "rabbitmq"), extras=("beat", "bench")),
+         ("postgres", "redis", "rabbitmq"), extras=("beat", "bench"),
+         full_paths=("tests/bench/test_bench_stacks.py",)),
     Tier("postgres+rabbitmq", "PostgreSQL + RabbitMQ: the worker tests whose outcome rests "
          "on the broker (marked `pools` or `delivery`; all of them with --full), the chaos "
-         "suite small", ("tests/integration", "tests/chaos"),
+         "suite small with --full", ("tests/integration",),
          {**POSTGRES, "IDEM_BROKER": RABBITMQ, "IDEM_RESULTS": f"{REDIS}/1"},
          ("postgres", "rabbitmq", "redis"), markers="pools or delivery or not worker",
-         extras=("beat",)),
+         extras=("beat",), full_paths=("tests/chaos",)),
     Tier("mariadb+redis", "MariaDB (Django's mysql backend, mysqlclient) + Redis: the "
          "MySQL backend and the portable one, the migrations, the admin (in a browser too), "
          "the worker tests of duplicates, crashes, recovery, the outbox, batches and the "
