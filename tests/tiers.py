@@ -106,10 +106,11 @@ TIERS = [
          {**MARIADB, "IDEM_MYSQL_DRIVER": "pymysql"}, ("mariadb",), beside=True),
     *(Tier(name, f"the {name} supported stack ({about}) in .venv-{name} (tests/venvs.py): "
            "unit tests, the model test, the migrations check and the worker tests marked "
-           "`pools` on every pool, on PostgreSQL + Redis (tox runs the whole matrix)",
+           "`pools` on prefork and gevent (every pool with --full), on PostgreSQL + Redis "
+           "(tox runs the whole matrix)",
            ("tests/unit", "tests/db/test_model.py", "tests/integration"),
            {**POSTGRES, "IDEM_BROKER": f"{REDIS}/{redis}",
-            "IDEM_RESULTS": f"{REDIS}/{redis + 1}"},
+            "IDEM_RESULTS": f"{REDIS}/{redis + 1}", "IDEM_POOLS": "prefork,gevent"},
            ("postgres", "redis"), stack=name, markers="pools or not worker", beside=True)
       for name, about, redis in [("oldest", "Python 3.11, Django 5.2, Celery 5.5", 10),
                                  ("newest", "Python 3.13, Django 6.1, Celery 5.7", 14)]),

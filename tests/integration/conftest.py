@@ -27,6 +27,9 @@ def tier_pools() -> tuple[str, ...]:
     all_pools = tuple(POOL_CONCURRENCY)
     if FULL_MATRIX:
         return all_pools
+    if os.environ.get("IDEM_POOLS"):
+        # The tier names its own (tests/tiers.py: the oldest and newest stacks).
+        return tuple(os.environ["IDEM_POOLS"].split(","))
     broker = urlparse(settings.CELERY_BROKER_URL).scheme
     if settings.PGBOUNCER:
         # Behind the pooler: the pool whose bookkeeping connections are per process, and
