@@ -103,7 +103,8 @@ TIERS = [
          "the claims and their races",
          ("tests/db/test_backend_contract.py", "tests/db/test_claims.py",
           "tests/db/test_race.py", "tests/db/test_mysql.py"),
-         {**MARIADB, "IDEM_MYSQL_DRIVER": "pymysql"}, ("mariadb",), beside=True),
+         # In the first lane: it shares nothing with it (no broker), and the second is longer.
+         {**MARIADB, "IDEM_MYSQL_DRIVER": "pymysql"}, ("mariadb",)),
     *(Tier(name, f"the {name} supported stack ({about}) in .venv-{name} (tests/venvs.py): "
            "unit tests, the model test, the migrations check and the worker tests marked "
            "`pools` on prefork and gevent (every pool with --full), on PostgreSQL + Redis "
