@@ -40,13 +40,18 @@ def own_broker(tmp_path, broker_service, transactional_db) -> Iterator[Redis]:
         pytest.skip(message)
     # A port no earlier test used: kombu keeps a producer pool per broker URL.
     server = Redis(tmp_path / "redis", free_port(6500 + secrets.randbelow(2000))).start()
-    saved = app.conf.broker_url, app._pool, app.amqp._producer_pool
-    app.conf.broker_url = f"redis://127.0.0.1:{server.port}/0"
+    conf = app.conf
+    saved = (conf.broker_url, conf.broker_transport, conf.broker_transport_options,
+             app._pool, app.amqp._producer_pool)
+    conf.broker_url = f"redis://127.0.0.1:{server.port}/0"
+    # The SQLite tier's broker is the filesystem transport, named apart from the URL.
+    conf.broker_transport, conf.broker_transport_options = None, {}
     app._pool = app.amqp._producer_pool = None  # built again on the new broker
     try:
         yield server
     finally:
-        app.conf.broker_url, app._pool, app.amqp._producer_pool = saved
+        (conf.broker_url, conf.broker_transport, conf.broker_transport_options,
+         app._pool, app.amqp._producer_pool) = saved
         server.stop()
 
 
