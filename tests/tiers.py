@@ -91,14 +91,15 @@ TIERS = [
     Tier("mariadb+redis", "MariaDB (Django's mysql backend, mysqlclient) + Redis: the "
          "MySQL backend and the portable one, the migrations, the admin (in a browser too), "
          "the worker tests of duplicates, crashes, recovery, the outbox, batches and the "
-         "stored message (the worker tests that run the same code on every stack with "
-         "--full), the chaos suite small on a mariadbd of its own (Debian's mariadb-server "
-         "binaries)",
-         ("tests/db", "tests/browser", *STACK_WORKER_TESTS, "tests/chaos"),
+         "stored message (the worker tests that run the same code on every stack and the "
+         "chaos suite small on a mariadbd of its own, Debian's mariadb-server binaries, "
+         "with --full)",
+         ("tests/db", "tests/browser/test_admin_browser.py", *STACK_WORKER_TESTS),
          # Redis databases of its own: it runs beside the PostgreSQL tiers.
          {**MARIADB, "IDEM_MYSQL_DRIVER": "mysqlclient", "IDEM_BROKER": f"{REDIS}/2",
           "IDEM_RESULTS": f"{REDIS}/3"}, ("mariadb", "redis"),
-         full_paths=SAME_ON_EVERY_STACK, beside=True, extras=("mysql", "beat", "docs")),
+         full_paths=(*SAME_ON_EVERY_STACK, "tests/chaos"), beside=True,
+         extras=("mysql", "beat")),
     Tier("mariadb-pymysql", "MariaDB on the other driver, PyMySQL: the backend contract, "
          "the claims and their races",
          ("tests/db/test_backend_contract.py", "tests/db/test_claims.py",

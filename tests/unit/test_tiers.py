@@ -68,7 +68,7 @@ def test_each_tier_installs_only_the_extras_it_needs():
     assert run.extras([]) == "test"
     assert run.extras([], checks=True) == "test,docs"
     assert extras_of("unit") == {"test"}
-    assert extras_of("mariadb+redis") == {"test", "mysql", "beat", "docs"}
+    assert extras_of("mariadb+redis") == {"test", "mysql", "beat"}
     assert extras_of("mariadb-pymysql") == {"test"}  # PyMySQL is in ``test``
     assert extras_of("postgres+redis") == {"test", "beat", "bench"}
     assert extras_of("unit", "sqlite", "mariadb+redis") == {"test", "beat", "mysql", "docs"}
