@@ -12,8 +12,8 @@ pytest run, e.g. ``python3 tests/run.py --tier sqlite -k claim -x``.
 
 The tiers are two lanes run at once (``tests/tiers.py``, ``Tier.beside``), each one tier
 after the other: the unit tests, PostgreSQL + Redis, PostgreSQL + RabbitMQ, MariaDB on
-PyMySQL and the wheel in the first; SQLite, MariaDB + Redis, the oldest and newest stacks,
-PgBouncer and Celery's suite beside them. A tier never meets another on a database (each
+PyMySQL, Celery's suite and the wheel in the first; SQLite, MariaDB + Redis, the oldest
+and newest stacks and PgBouncer beside them. A tier never meets another on a database (each
 has its own: ``tier_environment``), a queue or a server port, nor the other lane's on a
 Redis database, and the machine's two cores are busy instead of one. The first lane's output
 streams; the other's is printed when the run ends. ``--serial`` runs every tier in one lane.
