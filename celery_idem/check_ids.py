@@ -95,8 +95,8 @@ CHECKS: dict[str, CheckId] = {c.id.removeprefix("celery_idem."): c for c in [
             "Set it as the settings reference says, or remove it to use the default."),
     CheckId("celery_idem.E013", ERROR, "A serializer other than JSON",
             "`CELERY_TASK_SERIALIZER`, `CELERY_RESULT_SERIALIZER`, `CELERY_ACCEPT_CONTENT` "
-            "or `CELERY_RESULT_ACCEPT_CONTENT` names something other than JSON (pickle, "
-            "say). celery-idem keeps and re-sends messages as JSON, and a worker that "
+            "or `CELERY_RESULT_ACCEPT_CONTENT` names something other than JSON (yaml or "
+            "msgpack, say). celery-idem keeps and re-sends messages as JSON, and a worker that "
             "accepts JSON only refuses such a message, which recovery would re-send and "
             "see refused again.",
             "Set `CELERY_TASK_SERIALIZER = CELERY_RESULT_SERIALIZER = \"json\"` and "
