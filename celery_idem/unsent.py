@@ -20,7 +20,7 @@ import logging
 from typing import Any
 
 from django.utils import timezone
-from kombu.exceptions import OperationalError
+from kombu.exceptions import KombuError, OperationalError
 
 from .backends import Change, get_backend
 from .persistence import persistence
@@ -44,6 +44,16 @@ def unreachable(exc: BaseException, app: Any) -> bool:
     except Exception:  # noqa: BLE001 - any failure to connect is the answer
         return True
     return False
+
+
+def answered(exc: BaseException, app: Any) -> bool:
+    """Whether ``exc`` is the broker's or the transport's answer about the message (a
+    connection or channel error, a message kombu could not encode) rather than a fault of
+    the client's own code: kombu's Redis channel, found closed by a broker restart, can
+    raise ``AttributeError`` from a publish. Only an answer can refuse a message."""
+    with app.connection_for_write() as connection:  # not connected: its error classes
+        own = (*connection.connection_errors, *connection.channel_errors)
+    return isinstance(exc, (KombuError, ConnectionError, OSError, *own))
 
 
 def change(job_id: int, attempt: int, dispatch_count: int, exc: BaseException,
@@ -98,14 +108,18 @@ def after_publish_error(alias: str, job_id: int | None, exc: BaseException, app:
     - The broker could not be reached and this publish wrote the intent (``job_id``):
       accepted. The row says never sent, recovery sends it within
       ``CELERY_IDEM_NEVER_SENT_TIMEOUT``, a warning is logged; returns True.
-    - The broker refused the message: the intent ends FAILED (``refused``); returns False
-      (the caller raises ``exc``).
+    - The broker refused the message (it answered, ``answered``, and is reachable): the
+      intent ends FAILED (``refused``); returns False (the caller raises ``exc``).
+    - The client failed (not the broker's answer): accepted as when the broker could not
+      be reached, its dispatch count kept, so a fault that persists ends undeliverable
+      after ``CELERY_IDEM_MAX_REDISPATCHES`` re-sends rather than failing the key for good
+      on one transient fault.
     - The key's row is not this publish's (it existed): nothing of this call was written,
       so it raises as it is; returns False.
     """
     if job_id is None:
         return False
-    if not unreachable(exc, app):
+    if not unreachable(exc, app) and answered(exc, app):
         record(alias, [refused(job_id, exc, task_name)])
         return False
     record(alias, [change(job_id, 0, 0, exc, given_back=False, task_name=task_name)])

@@ -4,7 +4,10 @@ job published for it when every child is idle (tests/chaos/faults.py)."""
 
 from __future__ import annotations
 
+import json
 import random
+import signal
+import subprocess
 
 from tests.chaos import faults
 from tests.chaos.faults import Fault, Injector
@@ -74,3 +77,40 @@ def test_options_raise_the_planned_counts_and_never_lower_them():
     assert sorted(kind for _, kind in plan) == sorted(
         kind for kind, n in counts.items() for _ in range(n))
     assert all(6 <= at <= 54 for at, _ in plan)
+
+
+class Children:
+    """A fleet whose pool children are ``sleep`` processes this test starts."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+
+    def children(self) -> list[int]:
+        return self.pids
+
+
+def test_a_key_struck_as_often_as_allowed_is_no_longer_a_target(tmp_path):
+    (tmp_path / "running").mkdir()
+    fleet = Children()
+    injector = Injector([], random.Random(1), fleet, None, None, tmp_path,  # type: ignore[arg-type]
+                        1.0, "q", lambda: [], lambda kind: "")
+
+    def running(key: str) -> subprocess.Popen:
+        child = subprocess.Popen(["sleep", "60"])
+        fleet.pids.append(child.pid)
+        (tmp_path / "running" / str(child.pid)).write_text(
+            json.dumps({"key": key, "kind": "count", "attempt": 1}))
+        return child
+
+    for _ in range(faults.STRIKES_PER_KEY):
+        child = running("chaos/count/1")
+        fault = injector.kill_child()
+        assert fault is not None and fault.pids == [child.pid]
+        assert child.wait() == -signal.SIGKILL
+    spared = running("chaos/count/1")
+    assert injector._busy(faults.BUSY_KINDS["kill_child"]) == []
+    other = running("chaos/count/2")
+    assert [pid for pid, _ in injector._busy(faults.BUSY_KINDS["kill_child"])] == [other.pid]
+    for child in (spared, other):
+        child.kill()
+        child.wait()

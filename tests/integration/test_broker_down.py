@@ -166,3 +166,23 @@ def test_a_resend_the_broker_missed_says_not_sent_and_keeps_its_budget(own_broke
         wait_until(lambda: Job.objects.filter(key__in=keys, state="SUCCEEDED").count() == 2,
                    TIMEOUT, what="the re-sent jobs")
     assert Effect.objects.filter(key__in=keys).count() == 2
+
+
+def test_only_the_brokers_answer_can_refuse_a_message(own_broker):
+    """A publish on a producer whose channel a broker restart closed raises
+    AttributeError from kombu: the client's fault, not an answer about the message, so
+    the job is accepted (unsent.after_publish_error) rather than failed for good as
+    refused. The transport's connection errors and kombu's own are answers."""
+    import redis.exceptions
+    from kombu.exceptions import OperationalError
+
+    from celery_idem import unsent
+
+    with app.connection_for_write() as connection:
+        producer = connection.Producer()
+        producer.channel.close()
+        with pytest.raises(AttributeError) as raised:
+            producer.publish({}, routing_key="nowhere", retry=True)
+    assert not unsent.answered(raised.value, app)
+    assert unsent.answered(OperationalError("refused"), app)
+    assert unsent.answered(redis.exceptions.ConnectionError("closed"), app)
