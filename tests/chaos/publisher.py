@@ -15,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .servers import wait_for
+
 KINDS = ("atomic", "charge", "count")
 #: Jobs come in bursts every BURST seconds, so the queue holds a backlog for a moment.
 BURST = 3.0
@@ -52,7 +54,7 @@ class Publisher:
         sent = []
         for _ in range(count):
             n = self._extra()
-            ids = [self.send(n, 0.05), self.send(n, 0.05)]
+            ids = [self._send_when_possible(n, 0.05), self._send_when_possible(n, 0.05)]
             sent.append((f"chaos/{KINDS[n % 3]}/{n}", ids))
         return sent
 
@@ -61,8 +63,25 @@ class Publisher:
         for a second: something for a fault to strike once the run's own jobs are done.
         Its key."""
         n = self._extra(kind)
-        self.send(n, max(self.hold, 1.0))
+        self._send_when_possible(n, max(self.hold, 1.0))
         return f"chaos/{kind}/{n}"
+
+    def _send_when_possible(self, n: int, hold: float, timeout: float = 60.0) -> str:
+        """``send``, tried again while the job database refuses the publish (nothing was
+        sent): a fault may strike while it is still settling after a restart (behind
+        PgBouncer it stays unreachable ~15 s, and this thread's session may predate it)."""
+        from django.db import connections
+
+        from celery_idem.errors import PersistenceError
+
+        def sent() -> str | None:
+            try:
+                return self.send(n, hold)
+            except PersistenceError:
+                connections.close_all()
+                return None
+
+        return wait_for(sent, timeout, f"the job database to take job {n}", 0.5)
 
     def _extra(self, kind: str | None = None) -> int:
         """The number of a new job beyond the run's own (of ``kind``, if given)."""
