@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
 
 from celery_idem import IdempotentTask
 
@@ -41,11 +40,11 @@ def _done(task) -> dict:
     return {"attempt": task.attempt, "pid": os.getpid()}
 
 
-@shared_task(base=IdempotentTask, bind=True, atomic=True, idempotency_key="chaos/atomic/{n}",
-             autoretry_for=(OperationalError, InterfaceError), max_retries=5,
-             retry_backoff=1, retry_backoff_max=5)
+@shared_task(base=IdempotentTask, bind=True, atomic=True, idempotency_key="chaos/atomic/{n}")
 def chaos_atomic(self, n, folder, hold):
-    """Atomic: one ChaosWrite row, committed with the job or rolled back with it."""
+    """Atomic: one ChaosWrite row, committed with the job or rolled back with it. No retry
+    of its own on a lost connection: the library hands such an attempt back (nothing of
+    it committed) and it runs again."""
     with _running(self, folder, "atomic"):
         ChaosWrite.objects.create(key=self.idempotency_key, attempt=self.attempt,
                                   pid=os.getpid())
