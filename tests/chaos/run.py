@@ -261,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         injector.join(timeout=args.drain_timeout)
         published, counts, log = publisher.published, publisher.counts, publisher.log
         drained = drain(args.drain_timeout, set(published), args.durability == "broker")
+        injector.stopping.set()  # before the fleet stops under a fault in flight
+        injector.join()
         fleet.stop()
         checks, figures = collect(published, provider.provider, folder, injector.faults)
         versions = machine(database, pooler, redis)
