@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -38,7 +39,8 @@ _importing = False
 @checks.register(TAG)
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: every idempotent task's declaration; E003: atomic tasks off the default
-    database. Imports the project's task modules, as the worker does when it starts."""
+    database; E050: Django tasks the worker would not know. Imports the project's task
+    modules, as the worker does when it starts."""
     from .idempotent_task import IdempotentTask
 
     tasks, errors = _load_tasks(_celery_app())
@@ -52,6 +54,12 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                  "(its publishes raise, its messages fail without running).")
         for name, exc in errors
     ]
+    if "celery_idem.tasks_backend" in sys.modules:
+        # Django tasks of CeleryIdemBackend were declared (Django 6.0+): the check's
+        # module imports django.tasks, so only then.
+        from .djangotasks import discovery
+
+        messages.extend(discovery.check(_celery_app()))
     atomic = sorted(t.name for t in tasks if isinstance(t, IdempotentTask) and t.atomic)
     if atomic and _job_database() not in (None, "default"):
         messages.append(CHECKS["E003"](
