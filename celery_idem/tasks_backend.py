@@ -34,7 +34,6 @@ from celery import current_app
 from django.db import transaction
 
 from . import durability
-from .check_ids import CHECKS
 from .conf import settings
 from .durability import AMQP_SCHEMES
 from .errors import ConfigurationError, PersistenceError
@@ -246,16 +245,6 @@ class CeleryIdemBackend(BaseTaskBackend):
         if job is None or declaration is None:
             raise TaskResultDoesNotExist(result_id)
         return results.build(declaration, self.alias, job)
-
-    def check(self, **kwargs: Any) -> list[Any]:
-        """E051: broker durability, under which a result has no job to read at enqueue."""
-        try:
-            if durability.writes_intent():
-                return []
-        except ConfigurationError:
-            return []  # a bad CELERY_IDEM_DURABILITY is E007
-        return [CHECKS["E051"](f"TASKS[{self.alias!r}] is a CeleryIdemBackend and "
-                               "CELERY_IDEM_DURABILITY is 'broker': " + _BROKER_DURABILITY)]
 
 
 _BROKER_DURABILITY = (

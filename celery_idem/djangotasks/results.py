@@ -36,8 +36,9 @@ STATUS: dict[str, TaskResultStatus] = {
     State.UNCERTAIN: TaskResultStatus.FAILED,
 }
 #: What ``build`` reads of a job row.
-COLUMNS = ("id", "namespace", "key", "task_name", "state", "attempt", "worker", "args", "kwargs", "result",
-           "error", "created_at", "started_at", "finished_at", "updated_at")
+COLUMNS = ("id", "namespace", "key", "task_name", "state", "attempt", "worker", "args",
+           "kwargs", "result", "error", "created_at", "started_at", "finished_at",
+           "updated_at")
 
 
 @dataclass(frozen=True)
@@ -85,17 +86,27 @@ def read_key(namespace: str, key: str) -> dict[str, Any] | None:
             .values(*COLUMNS).first())
 
 
-def attempts(job: dict[str, Any]) -> Attempts:
-    """The history a result needs, read only when the row cannot say it alone (more
-    than one attempt, an attempt whose worker the row no longer holds, UNCERTAIN)."""
+#: What ``attempts`` reads of each history line: (event, attempt, worker, the start of
+#: the attempt it ended, reason).
+Line = tuple[str, int, str, datetime | None, str]
+
+
+def history(job: dict[str, Any]) -> list[Line]:
+    """The job's history lines, read only when its row cannot say alone what a result
+    needs (more than one attempt, an attempt whose worker the row no longer holds,
+    UNCERTAIN's reason)."""
     if job["attempt"] <= 1 and job["worker"] and job["state"] != State.UNCERTAIN:
-        return Attempts({1: job["worker"]} if job["attempt"] else {}, job["started_at"])
+        return []
+    return list(Transition.objects.using(settings.DATABASE).filter(job_id=job["id"])
+                .order_by("at", "id").values_list("event", "attempt", "worker",
+                                                  "attempt_started_at", "reason"))
+
+
+def attempts(job: dict[str, Any], lines: list[Line]) -> Attempts:
+    """The attempts of the job row ``job`` with its history ``lines``."""
     workers: dict[int, str] = {}
     starts = [job["started_at"]] if job["started_at"] else []
     reason = ""
-    lines = (Transition.objects.using(settings.DATABASE).filter(job_id=job["id"])
-             .order_by("at", "id").values_list("event", "attempt", "worker",
-                                               "attempt_started_at", "reason"))
     for event, attempt, worker, started, why in lines:
         # Each line names the attempt it was written under and that attempt's worker (a
         # take-over's, the new attempt's); a line without a worker (a re-send) says nothing.
@@ -110,12 +121,12 @@ def attempts(job: dict[str, Any]) -> Attempts:
     return Attempts(workers, min(starts, default=None), reason)
 
 
-def errors(job: dict[str, Any], history: Attempts) -> list[TaskError]:
+def errors(job: dict[str, Any], said: Attempts) -> list[TaskError]:
     """The job's error as Django's: its exception class path and traceback."""
     state = job["state"]
     if state == State.UNCERTAIN:
         path = f"{Uncertain.__module__}.{Uncertain.__qualname__}"
-        why = history.uncertain_reason or "its worker was lost during the body"
+        why = said.uncertain_reason or "its worker was lost during the body"
         return [TaskError(exception_class_path=path, traceback=f"{path}: {why}\n")]
     error = job["error"]
     if not error or state not in (State.FAILED, State.EXPIRED):
@@ -125,10 +136,11 @@ def errors(job: dict[str, Any], history: Attempts) -> list[TaskError]:
     return [TaskError(exception_class_path=path, traceback=text)]
 
 
-def build(task: Any, alias: str, job: dict[str, Any]) -> TaskResult:
+def build(task: Any, alias: str, job: dict[str, Any],
+          lines: list[Line] | None = None) -> TaskResult:
     """The ``TaskResult`` of ``task`` (a declaration of the backend ``alias``) that the
-    job row ``job`` says."""
-    history = attempts(job)
+    job row ``job`` says; ``lines``: its history (default: read when needed)."""
+    said = attempts(job, history(job) if lines is None else lines)
     state = job["state"]
     finished = job["finished_at"]
     if state == State.UNCERTAIN:
@@ -138,15 +150,15 @@ def build(task: Any, alias: str, job: dict[str, Any]) -> TaskResult:
         id=result_id(job),
         status=STATUS[state],
         enqueued_at=job["created_at"],
-        started_at=history.first_start,
+        started_at=said.first_start,
         finished_at=finished if STATUS[state] in (TaskResultStatus.SUCCESSFUL,
                                                   TaskResultStatus.FAILED) else None,
         last_attempted_at=job["started_at"],
         args=job["args"] or [],
         kwargs=job["kwargs"] or {},
         backend=alias,
-        errors=errors(job, history),
-        worker_ids=[history.workers.get(n, "") for n in range(1, job["attempt"] + 1)],
+        errors=errors(job, said),
+        worker_ids=[said.workers.get(n, "") for n in range(1, job["attempt"] + 1)],
     )
     if state == State.SUCCEEDED:
         object.__setattr__(result, "_return_value", job["result"])
