@@ -94,14 +94,10 @@ def celery_task(declaration: Any) -> Any:
 def declaration_named(name: str) -> Any:
     """The Django task whose adapter is called ``name``, importing its module if this
     process has not; None when ``name`` is not such a task (a plain Celery task's job)."""
-    from ..tasks_backend import CeleryIdemTask
-
     if name not in DECLARED:
         try:
-            found = import_string(name)
+            import_string(name)  # declaring it registers it
         except ImportError:
-            return None
-        if not isinstance(found, CeleryIdemTask):
             return None
     return DECLARED.get(name)
 

@@ -30,6 +30,8 @@ def celery_app(monkeypatch):
     app = Celery("checks-tests", set_as_current=False)
     app.conf.task_acks_late = True
     app.conf.task_reject_on_worker_lost = True
+    # The modules the project's workers import (its Django tasks', on Django 6: E050).
+    app.conf.imports = getattr(settings, "CELERY_IMPORTS", ())
     monkeypatch.setattr(checks, "_celery_app", lambda: app)
     monkeypatch.setattr(_state, "_on_app_finalizers", set(_state._on_app_finalizers))
     return app
