@@ -222,13 +222,15 @@ class CeleryIdemBackend(BaseTaskBackend):
         if why is not None:
             raise ConfigurationError(why)
 
-    def _routing(self, task: CeleryIdemTask) -> dict[str, Any]:
-        """Celery's ``apply_async`` options for the task's queue, priority and
-        ``run_after``."""
+    def _routing(self, task: CeleryIdemTask, broker_url: str | None = None) -> dict[str, Any]:
+        """Celery's ``apply_async`` options for the task's queue, priority (on the broker
+        of ``broker_url``, default the app's) and ``run_after``."""
         options: dict[str, Any] = {}
         if task.queue_name != DEFAULT_TASK_QUEUE_NAME:
             options["queue"] = task.queue_name  # else Celery's routes and default queue
-        priority = celery_priority(task.priority, current_app.conf.broker_url or "")
+        if broker_url is None:
+            broker_url = current_app.conf.broker_url or ""
+        priority = celery_priority(task.priority, broker_url)
         if priority is not None:
             options["priority"] = priority
         if task.run_after is not None:

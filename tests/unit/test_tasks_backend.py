@@ -136,15 +136,16 @@ class TestRouting:
         assert celery_priority(priority, "redis://localhost:6379/0") == redis
         assert celery_priority(priority, "filesystem://") is None
 
-    def test_queue_priority_and_run_after_become_apply_async_options(self, monkeypatch):
+    def test_queue_priority_and_run_after_become_apply_async_options(self):
         """Django's "default" queue is Celery's routing (task_routes, the default queue)."""
-        monkeypatch.setattr(current_app.conf, "broker_url", "redis://localhost/0")
         later = NOW + timedelta(hours=1)
         backend = task_backends["default"]
-        assert backend._routing(django_tasks.ship) == {"priority": 5}
+        redis = "redis://localhost/0"
+        assert backend._routing(django_tasks.ship, redis) == {"priority": 5}
         assert backend._routing(django_tasks.ship.using(
-            queue_name="other", priority=100, run_after=later)) == {
+            queue_name="other", priority=100, run_after=later), redis) == {
                 "queue": "other", "priority": 0, "eta": later}
+        assert backend._routing(django_tasks.ship, "filesystem://") == {}
 
 
 def row(**values) -> dict:
