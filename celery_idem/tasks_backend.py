@@ -22,7 +22,6 @@ docs/how-to/django-tasks.md is the guide; ``celery_idem.djangotasks`` holds the 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -59,8 +58,6 @@ except ImportError as exc:  # Django before 6.0
         f"Django 6.0 added; this is Django {django.get_version()}") from exc
 
 from .djangotasks import adapter, discovery, results
-
-logger = logging.getLogger(__name__)
 
 #: Broker URL schemes whose priorities count down (0 is the highest): kombu's Redis.
 REDIS_SCHEMES = frozenset({"redis", "rediss", "sentinel", "redis+socket"})
