@@ -28,6 +28,7 @@ from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
+from ..errors import ConfigurationError
 from ..idempotent_task import IdempotentTask
 from . import results
 
@@ -88,7 +89,12 @@ def celery_task(declaration: Any) -> Any:
     from celery import current_app
 
     register(declaration)
-    return current_app.tasks[declaration.module_path]
+    found = current_app.tasks[declaration.module_path]
+    if not isinstance(found, DjangoTaskAdapter):
+        raise ConfigurationError(
+            f"Django task {declaration.module_path} shares its name with the Celery task "
+            f"{found!r}: give that one another name=")
+    return found
 
 
 def declaration_named(name: str) -> Any:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import types
+import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,6 +50,10 @@ def module(monkeypatch):
     del sys.modules[mod.__name__]
     for name in set(current_app.tasks) - before:
         del current_app.tasks[name]
+
+
+def identity(n):
+    return n
 
 
 def declare(module, source: str) -> None:
@@ -119,6 +124,16 @@ class TestEnqueueRefuses:
             module.elsewhere.enqueue(1)
         (message,) = discovery.check(current_app)
         assert message.id == "celery_idem.E050" and "throwaway_tasks.elsewhere" in message.msg
+
+    def test_a_task_whose_name_a_celery_task_has(self, module, monkeypatch):
+        monkeypatch.setattr(task_backends["default"], "_worker_modules",
+                            frozenset({module.__name__}))
+        current_app.task(name="throwaway_tasks.clash")(identity)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Celery 5.7 warns of the duplicate name too
+            declare(module, "@task(idempotency_key='o/{n}')\ndef clash(n):\n    return n\n")
+        with pytest.raises(ConfigurationError, match="shares its name with the Celery task"):
+            module.clash.enqueue(1)
 
     def test_anything_under_broker_durability(self, settings):
         settings.CELERY_IDEM_DURABILITY = "broker"
