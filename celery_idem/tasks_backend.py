@@ -69,9 +69,9 @@ CELERY_PRIORITIES = 10
 class CeleryIdemTask(Task):
     """A Django task run through celery-idem: ``CeleryIdemBackend.task_class``.
 
-    Its options are IdempotentTask's, with the same meanings and checks: a task that
-    declares no ``idempotency_key`` is refused by name (its enqueue raises
-    ``ConfigurationError``, ``manage.py check`` reports ``celery_idem.E001``).
+    Its options are IdempotentTask's, with the same meanings, defaults (None here) and
+    checks: a task that declares no ``idempotency_key`` is refused by name (its enqueue
+    raises ``ConfigurationError``, ``manage.py check`` reports ``celery_idem.E001``).
     ``.using(idempotency_key=...)`` gives one call its own key.
     """
 
@@ -79,8 +79,8 @@ class CeleryIdemTask(Task):
     idempotency_namespace: str | None = None
     atomic: bool = False
     atomic_database: str | None = None
-    on_in_progress: str = "retry"
-    on_stale_claim: str = "redispatch"
+    on_in_progress: str | None = None
+    on_stale_claim: str | None = None
     max_attempts: int | None = None
     lease: float | None = None
     #: The key of this call, set by ``.using(idempotency_key=...)``; None: the declared one.

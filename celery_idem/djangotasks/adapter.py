@@ -28,6 +28,7 @@ from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
+from ..declaration import OPTIONS
 from ..errors import ConfigurationError
 from ..idempotent_task import IdempotentTask
 from . import results
@@ -37,10 +38,6 @@ logger = logging.getLogger(__name__)
 #: Every Django task declared with the backend's task class in this process, by module
 #: path (its adapter's name): the first declaration of each (``.using()`` copies share it).
 DECLARED: dict[str, Any] = {}
-#: The declaration options an adapter takes as IdempotentTask's task options.
-OPTIONS = ("idempotency_key", "idempotency_namespace", "atomic", "atomic_database",
-           "on_in_progress", "on_stale_claim", "max_attempts", "lease")
-
 
 class _Run:
     """What the adapter's ``__call__`` learns from its body (which runs under a copy of
@@ -79,7 +76,9 @@ def register(declaration: Any) -> None:
     if name in DECLARED:
         return
     DECLARED[name] = declaration
-    options = {option: getattr(declaration, option) for option in OPTIONS}
+    # IdempotentTask's options as the declaration gives them; None: IdempotentTask's default.
+    options = {option: value for option in sorted(OPTIONS)
+               if (value := getattr(declaration, option)) is not None}
     shared_task(base=DjangoTaskAdapter, bind=True, name=name, declaration=declaration,
                 **options)(_body(declaration))
 

@@ -5,13 +5,11 @@ tests/integration/test_django_tasks.py's."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import types
 import warnings
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import django
 import pytest
@@ -25,13 +23,15 @@ from django.tasks import Task, TaskResultStatus, task_backends
 from django.tasks.exceptions import InvalidTask
 from django.test import override_settings
 
-from celery_idem import checks
+from celery_idem import IdempotentTask, checks
+from celery_idem.declaration import OPTIONS
 from celery_idem.djangotasks import adapter, discovery, results
 from celery_idem.errors import ConfigurationError, InvalidKey, Uncertain
 from celery_idem.tasks_backend import CeleryIdemBackend, CeleryIdemTask, celery_priority, task
 from django_app.effects import django_tasks
 
-ROOT = Path(__file__).resolve().parents[2]
+from .projects import manage_py_check, project_files
+
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
@@ -76,6 +76,13 @@ class TestDeclaring:
         assert celery_task.namespace == django_tasks.ship.module_path
         assert celery_task.ignore_result is True and celery_task.atomic is False
         assert current_app.tasks[django_tasks.wait_for_file_atomic.module_path].atomic
+
+    def test_the_task_class_takes_every_option_of_idempotent_task(self):
+        """Each of IdempotentTask's options is a field; one not given is its default."""
+        assert OPTIONS <= {field.name for field in fields(CeleryIdemTask)}
+        celery_task = current_app.tasks[django_tasks.ship.module_path]
+        assert (celery_task.on_in_progress, celery_task.on_stale_claim) == (
+            IdempotentTask.on_in_progress, IdempotentTask.on_stale_claim)
 
     def test_using_gives_a_call_its_own_key_and_checks_it(self):
         keyed = django_tasks.notify.using(idempotency_key="greeting/1", priority=10)
@@ -223,26 +230,10 @@ class TestResults:
 
 
 TASKS_PROJECT = {
-    "tasksproj/__init__.py": "from .celery import app as celery_app\n",
-    "tasksproj/celery.py": (
-        "import os\nfrom celery import Celery\n"
-        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'tasksproj.settings')\n"
-        "app = Celery('tasksproj')\n"
-        "app.config_from_object('django.conf:settings', namespace='CELERY')\n"
-        "app.autodiscover_tasks()\n"
-    ),
-    "tasksproj/settings.py": (
-        "SECRET_KEY = 'x'\nUSE_TZ = True\nROOT_URLCONF = 'shop.urls'\n"
-        "INSTALLED_APPS = ['django.contrib.contenttypes', 'celery_idem', 'shop']\n"
-        "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': 'db',\n"
-        "    'OPTIONS': {'timeout': 30, 'transaction_mode': 'IMMEDIATE',\n"
-        "                'init_command': 'PRAGMA journal_mode=WAL;'}}}\n"
-        "CELERY_BROKER_URL = 'memory://'\n"
-        "CELERY_TASK_ACKS_LATE = True\nCELERY_TASK_REJECT_ON_WORKER_LOST = True\n"
+    **project_files("tasksproj", (
+        "ROOT_URLCONF = 'shop.urls'\n"
         "TASKS = {'default': {'BACKEND': 'celery_idem.tasks_backend.CeleryIdemBackend'}}\n"
-        "CELERY_IDEM_DURABILITY = 'broker'\n"
-    ),
-    "shop/__init__.py": "",
+        "CELERY_IDEM_DURABILITY = 'broker'\n")),
     "shop/tasks.py": (
         "from celery_idem.tasks_backend import task\n\n"
         "@task\ndef charge(order_id):\n    return order_id\n\n"
@@ -260,13 +251,7 @@ TASKS_PROJECT = {
 def test_manage_py_check_reports_a_project_whose_django_tasks_would_fail(tmp_path):
     """A fresh process, as manage.py check runs: a Django task declaring no key is E001, one
     the worker would not import E050, broker durability E051; the good one passes."""
-    for name, text in TASKS_PROJECT.items():
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text(text)
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tasksproj.settings",
-           "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    done = subprocess.run([sys.executable, "-m", "django", "check"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = manage_py_check(tmp_path, TASKS_PROJECT, "tasksproj")
     assert done.returncode == 1, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if "celery_idem.E0" in line]
     assert len(errors) == 3, done.stderr
