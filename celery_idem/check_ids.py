@@ -124,6 +124,21 @@ CHECKS: dict[str, CheckId] = {c.id.removeprefix("celery_idem."): c for c in [
             "`CELERY_IDEM_WORKER_HEARTBEAT`: one late beat would make a live worker look "
             "dead, and recovery would hand its claims to another attempt.",
             "Keep the timeout at several heartbeats (the defaults: 5 and 40 seconds)."),
+    CheckId("celery_idem.E050", ERROR, "A Django task the worker would not know",
+            "A `django.tasks` task of `CeleryIdemBackend` is declared in a module the "
+            "worker does not import when it starts (neither an installed app's `tasks` "
+            "module nor one of Celery's `imports`/`include`): Celery would discard its "
+            "messages as an unregistered task. Its `enqueue()` raises "
+            "`ConfigurationError` naming the module; nothing is sent.",
+            "Declare the task in its app's `tasks.py`, or add its module to "
+            "`CELERY_IMPORTS`."),
+    CheckId("celery_idem.E051", ERROR, "The Django tasks backend with broker durability",
+            "`TASKS` names `CeleryIdemBackend` while `CELERY_IDEM_DURABILITY` is "
+            "`\"broker\"`: a Django task's result is its job, which only a publish with "
+            "database durability writes, so every `enqueue()` raises "
+            "`ConfigurationError`.",
+            "Keep `CELERY_IDEM_DURABILITY = \"database\"` (the default) for a project "
+            "that enqueues Django tasks."),
     CheckId("celery_idem.W001", WARNING, "Late acknowledgement is off",
             "`task_acks_late` is off: a worker that dies mid-task has already acknowledged "
             "its message, so only the recovery pass (after the lease) runs the job again.",

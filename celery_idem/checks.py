@@ -13,14 +13,17 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import django
 from celery import Celery, current_app
 from celery.local import Proxy
 from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
+from django.utils.module_loading import import_string
 
 from . import durability
 from .check_ids import CHECKS
@@ -38,7 +41,8 @@ _importing = False
 @checks.register(TAG)
 def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: every idempotent task's declaration; E003: atomic tasks off the default
-    database. Imports the project's task modules, as the worker does when it starts."""
+    database; E050: Django tasks the worker would not know. Imports the project's task
+    modules, as the worker does when it starts."""
     from .idempotent_task import IdempotentTask
 
     tasks, errors = _load_tasks(_celery_app())
@@ -52,6 +56,12 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                  "(its publishes raise, its messages fail without running).")
         for name, exc in errors
     ]
+    if "celery_idem.tasks_backend" in sys.modules:
+        # Django tasks of CeleryIdemBackend were declared (Django 6.0+): the check's
+        # module imports django.tasks, so only then.
+        from .djangotasks import discovery
+
+        messages.extend(discovery.check(_celery_app()))
     atomic = sorted(t.name for t in tasks if isinstance(t, IdempotentTask) and t.atomic)
     if atomic and _job_database() not in (None, "default"):
         messages.append(CHECKS["E003"](
@@ -68,7 +78,7 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
 @checks.register(TAG)
 def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W001/W002: acknowledgement settings; W006/E004: the filesystem broker; E005: an
-    event-loop pool the database driver cannot wait in; E007/W008: the durability;
+    event-loop pool the database driver cannot wait in; E007/W008/E051: the durability;
     E040/W040/W041: worker liveness and the recovery schedule."""
     conf = _celery_app().conf
     messages: list[checks.CheckMessage] = []
@@ -85,8 +95,41 @@ def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[checks
     messages.extend(_check_filesystem_broker(conf))
     messages.extend(_check_pool(str(conf.worker_pool or "")))
     messages.extend(durability.check(conf))
+    messages.extend(_check_django_tasks_durability())
     messages.extend(liveness.check(conf))
     return messages
+
+
+def _check_django_tasks_durability() -> list[checks.CheckMessage]:
+    """E051: a CeleryIdemBackend in TASKS under broker durability."""
+    aliases = _django_tasks_aliases()
+    try:
+        if not aliases or durability.writes_intent():
+            return []
+    except ConfigurationError:
+        return []  # a bad CELERY_IDEM_DURABILITY is E007
+    return [CHECKS["E051"](
+        f"TASKS names CeleryIdemBackend ({', '.join(aliases)}) and CELERY_IDEM_DURABILITY "
+        "is 'broker': a Django task's result is its job, which a publish writes only with "
+        "database durability, so every enqueue raises")]
+
+
+def _django_tasks_aliases() -> list[str]:
+    """The aliases of ``TASKS`` whose backend is a CeleryIdemBackend (Django 6.0+)."""
+    tasks = getattr(django_settings, "TASKS", None) or {}
+    if not tasks or django.VERSION < (6, 0):
+        return []
+    from .tasks_backend import CeleryIdemBackend
+
+    found = []
+    for alias, params in tasks.items():
+        try:
+            backend = import_string(params["BACKEND"])
+        except (ImportError, KeyError, TypeError):
+            continue  # Django's own error names it
+        if isinstance(backend, type) and issubclass(backend, CeleryIdemBackend):
+            found.append(alias)
+    return found
 
 
 def _check_pool(pool: str) -> list[checks.CheckMessage]:

@@ -140,6 +140,12 @@ class Undeliverable(StoredFailure):
     ``CELERY_IDEM_MAX_REDISPATCHES`` re-sends, or its stored message cannot be decoded."""
 
 
+class Uncertain(IdempotencyError):
+    """The job's outcome is not known: its worker was lost during the body of a task that
+    must not re-run blindly (state UNCERTAIN), and an operator decides whether it
+    succeeded or runs again. How a Django task's result reports that state."""
+
+
 class IntentMissing(IdempotencyError):
     """A message carries an idempotency key whose intent does not exist (it rolled back
     with its transaction, or was forgotten): the worker refuses to run it."""
@@ -167,6 +173,7 @@ __all__ = [
     "StepNotJSON",
     "InvalidStep",
     "StoredFailure",
+    "Uncertain",
     "Undeliverable",
 ]
 

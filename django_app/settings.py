@@ -25,6 +25,8 @@ import json
 import os
 from pathlib import Path
 
+import django
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("IDEM_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -180,6 +182,13 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Django's Tasks framework (Django 6.0+) on the Celery workers through celery-idem
+# (tests/integration/test_django_tasks.py); the worker imports its tasks' module as Celery's
+# imports.
+if django.VERSION >= (6, 0):
+    TASKS = {"default": {"BACKEND": "celery_idem.tasks_backend.CeleryIdemBackend",
+                         "QUEUES": ["default", "other"]}}
+    CELERY_IMPORTS = ["django_app.effects.django_tasks"]
 # The worker connection policy (celery_idem/worker_connections.py); tests switch it.
 CELERY_IDEM_WORKER_CONNECTIONS = os.environ.get("IDEM_WORKER_CONNECTIONS", "celery")
 if CELERY_IDEM_WORKER_CONNECTIONS == "keep":

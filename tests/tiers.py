@@ -108,14 +108,24 @@ TIERS = [
          {**MARIADB, "IDEM_MYSQL_DRIVER": "pymysql"}, ("mariadb",)),
     *(Tier(name, f"the {name} supported stack ({about}) in .venv-{name} (tests/venvs.py): "
            "unit tests, the model test, the migrations check and the worker tests marked "
-           "`pools` on prefork and gevent (every pool with --full), on PostgreSQL + Redis "
-           "(tox runs the whole matrix)",
+           "`pools` on prefork and gevent (every pool with --full), and those of Django's "
+           "Tasks framework (`django_tasks`: skipped before Django 6.0), on PostgreSQL + "
+           "Redis (tox runs the whole matrix)",
            ("tests/unit", "tests/db/test_model.py", "tests/integration"),
            {**POSTGRES, "IDEM_BROKER": f"{REDIS}/{redis}",
             "IDEM_RESULTS": f"{REDIS}/{redis + 1}", "IDEM_POOLS": "prefork,gevent"},
-           ("postgres", "redis"), stack=name, markers="pools or not worker", beside=True)
+           ("postgres", "redis"), stack=name, markers="pools or django_tasks or not worker",
+           beside=True)
       for name, about, redis in [("oldest", "Python 3.11, Django 5.2, Celery 5.5", 10),
                                  ("newest", "Python 3.13, Django 6.1, Celery 5.7", 14)]),
+    # Django 6.1's backend runs in CI (newest, PostgreSQL + Redis); Django 6.0 (whose @task
+    # takes no backend options) and the embedded default with --full.
+    Tier("django60", "Django's Tasks framework on Django 6.0 (Python 3.12, Celery 5.6) in "
+         ".venv-django60 (tests/venvs.py), on the embedded default (SQLite + celery-idem's "
+         "filesystem transport): CeleryIdemBackend's unit tests and its real-worker tests "
+         "(Django 6.1 on PostgreSQL + Redis is the newest tier's; tox runs the rest)",
+         ("tests/unit/test_tasks_backend.py", "tests/integration/test_django_tasks.py"),
+         {"IDEM_DATABASE": "sqlite"}, stack="django60", full_only=True, beside=True),
     Tier("pgbouncer+redis", "PostgreSQL behind a PgBouncer of its own in transaction "
          "pooling mode (tests/services/pgbouncer.py; Debian's pgbouncer) + Redis: the worker "
          "tests of duplicates, replays, atomic mode, the outbox, batches, recovery, crashes and "

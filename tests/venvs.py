@@ -39,10 +39,12 @@ class Stack:
 
 
 #: The supported corners (README, Compatibility): the oldest Python with the oldest
-#: Django and Celery, and the newest of each. tox.ini covers everything in between.
+#: Django and Celery, and the newest of each; and Django 6.0, the first with Django's
+#: Tasks framework (the django60 tier). tox.ini covers everything in between.
 STACKS = {
     "oldest": Stack("oldest", "3.11", ("django>=5.2,<5.3", "celery>=5.5,<5.6")),
     "newest": Stack("newest", "3.13", ("django>=6.1,<6.2", "celery>=5.7,<5.8")),
+    "django60": Stack("django60", "3.12", ("django>=6.0,<6.1", "celery>=5.6,<5.7")),
 }
 
 

@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+import django
+
 from celery_idem.beat import recovery_schedule
 
 VAR = Path(os.environ.get("SHOP_VAR", Path(__file__).resolve().parent.parent / "var"))
@@ -113,6 +115,9 @@ else:
 # truth either way (a duplicate replays the stored result).
 CELERY_RESULT_BACKEND = os.environ.get("SHOP_RESULTS", _results)
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SHOP_QUEUE", "shop")
+if django.VERSION >= (6, 0):
+    # Django's Tasks framework on these workers, each task once per key (shop.tasks.ship_order).
+    TASKS = {"default": {"BACKEND": "celery_idem.tasks_backend.CeleryIdemBackend"}}
 
 # The recommended worker settings (docs/tutorial/add-to-a-project.md):
 # acknowledge after the body, requeue a message whose pool child died, take one message

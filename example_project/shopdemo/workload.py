@@ -44,7 +44,7 @@ class Workload:
     def place_some(self, done_jobs: int) -> None:
         """Place orders until WINDOW orders are ahead of the workers; publish the late
         copies that are due."""
-        from shop.orders import TASKS, OrderRefused, place_order
+        from shop.orders import TASKS, OrderRefused, place_order, publish
 
         while len(self.committed) + len(self.refused) < self.orders \
                 and len(self.committed) - done_jobs / TASKS_PER_ORDER < WINDOW:
@@ -66,7 +66,7 @@ class Workload:
         while self._again and self._again[0][0] <= time.monotonic():
             _, order_id = self._again.popleft()
             for task in TASKS:
-                task.delay(order_id)
+                publish(task, order_id)
             self.published += TASKS_PER_ORDER
 
     def maybe_kill(self, fleet: Fleet, done_jobs: int) -> str | None:

@@ -20,6 +20,8 @@ from celery_idem import IdempotentTask, checks, checks_settings
 from celery_idem.errors import ConfigurationError
 from django_app.effects.tasks import ship_order
 
+from .projects import manage_py_check, project_files
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,6 +32,8 @@ def celery_app(monkeypatch):
     app = Celery("checks-tests", set_as_current=False)
     app.conf.task_acks_late = True
     app.conf.task_reject_on_worker_lost = True
+    # The modules the project's workers import (its Django tasks', on Django 6: E050).
+    app.conf.imports = getattr(settings, "CELERY_IMPORTS", ())
     monkeypatch.setattr(checks, "_celery_app", lambda: app)
     monkeypatch.setattr(_state, "_on_app_finalizers", set(_state._on_app_finalizers))
     return app
@@ -246,24 +250,7 @@ def test_manage_py_check_passes_on_the_test_project(tmp_path):
 
 
 BROKEN_PROJECT = {
-    "brokenproj/__init__.py": "from .celery import app as celery_app\n",
-    "brokenproj/celery.py": (
-        "import os\nfrom celery import Celery\n"
-        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'brokenproj.settings')\n"
-        "app = Celery('brokenproj')\n"
-        "app.config_from_object('django.conf:settings', namespace='CELERY')\n"
-        "app.autodiscover_tasks()\n"
-    ),
-    "brokenproj/settings.py": (
-        "SECRET_KEY = 'x'\nUSE_TZ = True\n"
-        "INSTALLED_APPS = ['django.contrib.contenttypes', 'celery_idem', 'shop']\n"
-        "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': 'db',\n"
-        "    'OPTIONS': {'timeout': 30, 'transaction_mode': 'IMMEDIATE',\n"
-        "                'init_command': 'PRAGMA journal_mode=WAL;'}}}\n"
-        "CELERY_BROKER_URL = 'memory://'\n"
-        "CELERY_TASK_ACKS_LATE = True\nCELERY_TASK_REJECT_ON_WORKER_LOST = True\n"
-    ),
-    "shop/__init__.py": "",
+    **project_files("brokenproj"),
     "shop/tasks.py": (
         "from celery import shared_task\nfrom celery_idem import IdempotentTask\n\n"
         "@shared_task(base=IdempotentTask, bind=True)\n"
@@ -279,13 +266,7 @@ BROKEN_PROJECT = {
 def test_manage_py_check_fails_on_a_project_whose_shared_tasks_are_broken(tmp_path):
     """The reported case: ``@shared_task`` classes are created only when the Celery app
     finalizes, so ``manage.py check`` passed and the worker refused to start."""
-    for name, text in BROKEN_PROJECT.items():
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text(text)
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "brokenproj.settings",
-           "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    done = subprocess.run([sys.executable, "-m", "django", "check"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = manage_py_check(tmp_path, BROKEN_PROJECT, "brokenproj")
     assert done.returncode == 1, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if "celery_idem.E001" in line]
     assert len(errors) == 2, done.stderr
