@@ -36,7 +36,7 @@ def _rows(report: dict[str, Any]) -> dict[str, str]:
     rows = {
         "result": "every check passed" if report["ok"] else "**FAILED**",
         "jobs": f"{report['figures']['jobs']:,}",
-        "messages published": report["run"]["messages published"].split(" ")[0],
+        "messages published": f"{int(report['run']['messages published'].split(' ')[0]):,}",
         "SIGKILLs (children + whole workers)":
             f"{faults.get('kill_child', 0)} + {faults.get('kill_worker', 0)}",
         "zombies frozen past their lease": str(faults.get("zombie", 0)),
@@ -50,6 +50,7 @@ def _rows(report: dict[str, Any]) -> dict[str, str]:
         else:
             rows[name] = str(check["value"]) + ("" if check["ok"] else " **(failed)**")
     rows["elapsed"] = report["run"]["elapsed"].split(" ")[0]
+    rows["load average at the end (1, 5, 15 min)"] = report["versions"]["load average at the end"]
     return rows
 
 
