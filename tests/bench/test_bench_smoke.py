@@ -10,10 +10,13 @@ after.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.conf import settings
 
 from bench.suites import SUITES
+from bench.suites.counts import PATHS as COUNTED
 from tests.conftest import IN_CI
 
 from .runner import bench, run
@@ -146,6 +149,22 @@ def test_broker_loss(bench_env, tmp_path):
     assert data["summary"]["celery_idem"] == {"sent": 50, "lost": 0}
     assert data["summary"]["kombu"]["sent"] == 50
 
+
+
+def test_counts(bench_env, tmp_path):
+    """Every path counted on PostgreSQL, and under callgrind its instructions against its
+    plain twin and the floor of its own statements; the table printed (its figures are
+    pinned by tests/db/test_counts.py)."""
+    out = tmp_path / "counts.json"
+    printed = bench(bench_env, "run", "counts", "--n", "2", "--out", str(out),
+                    "--", "--instructions-n", "3", timeout=600)
+    data = json.loads(out.read_text())
+    paths = data["stacks"]["postgres"]["paths"]
+    assert set(paths) == set(COUNTED)
+    assert paths["task"]["commits"] > paths["task, plain"]["commits"]
+    assert paths["task"]["extra_instructions"] > 0 and paths["task"]["floor_instructions"] > 0
+    assert "own_instructions" in paths["publish"]
+    assert "task, atomic=True" in printed and "instr/op" in printed
 
 
 def test_the_baselines_table_and_figure(bench_env, tmp_path):
