@@ -24,7 +24,7 @@ from .conf import settings
 from .declaration import declare
 from .errors import ConfigurationError, ReservedAttribute
 from .keys import KeySpec, body_signature, carry_key
-from .producer import build_intent, send
+from .producer import build_intent, send, write_eager_intent
 
 #: Celery's built-in tasks that call a task's body directly, once per item.
 MAP_TASKS = frozenset({"celery.map", "celery.starmap", "celery.chunks"})
@@ -211,6 +211,7 @@ class IdempotentTask(DjangoTask):
         applied without one has no key: its body runs as a plain call, writing no row.
         """
         carry_key(options, idempotency_key)
+        write_eager_intent(self.name, options.get("task_id"))  # apply_async made eager
         args, kwargs = self.sent_arguments(args, kwargs)
         return super().apply(args, kwargs, *more, **options)
 

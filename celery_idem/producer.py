@@ -45,6 +45,13 @@ ROUTING_OPTIONS = ("queue", "routing_key", "exchange", "priority")
 #: The batch open in this context (``celery_idem.batching``): it takes the intents and
 #: messages of the publishes made in it, and writes and sends them together at its end.
 open_batch: ContextVar[Any] = ContextVar("celery_idem_batch", default=None)
+#: While ``send`` hands a call to Celery: (task name, task id, what writes its bare
+#: intent). Celery runs an eager call through the task's ``apply`` instead of publishing,
+#: and ``IdempotentTask.apply`` writes the intent there (``write_eager_intent``), before
+#: the body: no read of ``task_always_eager`` (a Celery setting under a Django namespace
+#: costs about 140,000 instructions to read) on every publish.
+_eager_intent: ContextVar[tuple[str, str, Callable[[], None]] | None] = ContextVar(
+    "celery_idem_eager_intent", default=None)
 
 
 def build_intent(spec: KeySpec, namespace: str, task_name: str, args: Any = None,
@@ -222,10 +229,6 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
     if not intent_first:  # broker durability: the worker's claim inserts the row
         headers[UNWRITTEN_HEADER] = True
     final = {**options, "headers": headers}
-    if task.app.conf.task_always_eager:  # nothing is published: no envelope to keep
-        if intent_first:
-            write_intent(job, task_id)
-        return publish({**final, "producer": producer})
     outbox = in_transaction()
     # Argument reprs the caller set (to hide a secret, say) are kept; Celery's own are not.
     given = tuple(name for name in ("argsrepr", "kwargsrepr") if options.get(name) is not None)
@@ -265,10 +268,29 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
                 raise
             return None
 
-    result = _publish_captured(task, producer, publish, final, on_publish)
+    def write_bare() -> None:
+        written.append(inserted_id(write_intent(job, task_id)) if intent_first else None)
+
+    # An eager call is run, not published: its bare intent is written by ``apply``
+    # (nothing is published: no envelope to keep), before the body runs.
+    token = _eager_intent.set((task.name, task_id, write_bare))
+    try:
+        result = _publish_captured(task, producer, publish, final, on_publish)
+    finally:
+        _eager_intent.reset(token)
     if not written and intent_first:  # Celery published nothing (a custom route or
-        write_intent(job, task_id)      # class): the bare intent
+        write_bare()                    # class): the bare intent
     return result
+
+
+def write_eager_intent(task_name: str, task_id: str | None) -> None:
+    """Called by ``IdempotentTask.apply``: when ``send`` is handing this very call to
+    Celery, which runs it eagerly instead of publishing it, write its bare intent now,
+    before the body (KeyMismatch raises here, as at any publish)."""
+    pending = _eager_intent.get()
+    if pending is not None and pending[:2] == (task_name, task_id):
+        _eager_intent.set(None)  # the body's own publishes are theirs
+        pending[2]()
 
 
 def _resend(task: Any, parent: Any, producer: Any, publish: Callable[[dict[str, Any]], Any],
