@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-Statement = tuple[str, str, Any]  # connection label, sql, params
-Group = tuple[str, bool, list[tuple[str, Any]]]  # label, in a transaction, statements
+#: A statement: its text, parameters, and whether it failed (a key that exists, on
+#: MariaDB: the library catches the error, and so does the replay).
+Statement = tuple[str, Any, bool]
+Group = tuple[str, bool, list[Statement]]  # connection label, in a transaction, statements
 
 
 def capture(ops: list[Callable[[], Any]]) -> list[list[Group]]:
@@ -27,17 +29,23 @@ def capture(ops: list[Callable[[], Any]]) -> list[list[Group]]:
 
     out: list[list[Group]] = []
     for op in ops:
-        seen: list[tuple[str, bool, str, Any]] = []
+        seen: list[tuple[str, bool, str, Any, list[bool]]] = []
         wrappers = connections_in_use()
 
         def wrap(label: str, wrapper: Any) -> Callable[..., Any]:
             def observe(execute: Callable[..., Any], sql: str, params: Any, many: bool,
                         context: Any) -> Any:
-                if "celery_idem" in sql:
-                    kept = dict(params) if isinstance(params, dict) else (
-                        list(params) if params is not None else None)
-                    seen.append((label, wrapper.in_atomic_block, sql, kept))
-                return execute(sql, params, many, context)
+                if "celery_idem" not in sql:
+                    return execute(sql, params, many, context)
+                kept = dict(params) if isinstance(params, dict) else (
+                    list(params) if params is not None else None)
+                failed: list[bool] = []
+                seen.append((label, wrapper.in_atomic_block, sql, kept, failed))
+                try:
+                    return execute(sql, params, many, context)
+                except Exception:
+                    failed.append(True)
+                    raise
             return observe
 
         installed = []
@@ -51,11 +59,12 @@ def capture(ops: list[Callable[[], Any]]) -> list[list[Group]]:
             for wrapper, fn in installed:
                 wrapper.execute_wrappers.remove(fn)
         groups: list[Group] = []
-        for label, atomic, sql, params in seen:
+        for label, atomic, sql, params, failed in seen:
+            statement = (sql, params, bool(failed))
             if groups and atomic and groups[-1][1] and groups[-1][0] == label:
-                groups[-1][2].append((sql, params))
+                groups[-1][2].append(statement)
             else:
-                groups.append((label, atomic, [(sql, params)]))
+                groups.append((label, atomic, [statement]))
         out.append(groups)
     return out
 
@@ -93,13 +102,18 @@ def _postgres(captured: list[list[Group]], wrappers: dict[str, Any]) -> Callable
             for label, atomic, statements in groups:
                 cursor = cursors[label]
                 if not atomic:
-                    for sql, params in statements:
-                        cursor.execute(sql, params, prepare=False)
+                    for sql, params, failed in statements:
+                        try:
+                            cursor.execute(sql, params, prepare=False)
+                        except psycopg.Error:
+                            if not failed:
+                                raise
+                            continue
                         cursor.fetchall()
                     continue
                 cursor.execute("BEGIN", prepare=False)
-                *body, (last, params) = statements
-                for sql, p in body:
+                *body, (last, params, _) = statements
+                for sql, p, _ in body:
                     cursor.execute(sql, p, prepare=False)
                     cursor.fetchall()
                 if _final(last):
@@ -116,14 +130,21 @@ def _postgres(captured: list[list[Group]], wrappers: dict[str, Any]) -> Callable
 def _mysql(captured: list[list[Group]], wrappers: dict[str, Any]) -> Callable[[], None]:
     raw = wrappers["django"].connection
     cursor = raw.cursor()
+    error = type(raw).Error if hasattr(type(raw), "Error") else Exception
 
     def loop() -> None:
         for groups in captured:
             for _, atomic, statements in groups:
                 if atomic:
                     raw.autocommit(False)
-                for sql, params in statements:
-                    cursor.execute(sql, params)
+                for sql, params, failed in statements:
+                    if failed:
+                        try:
+                            cursor.execute(sql, params)
+                        except error:
+                            continue
+                    else:
+                        cursor.execute(sql, params)
                     cursor.fetchall()
                 if atomic:
                     raw.commit()
@@ -142,15 +163,22 @@ def _sqlite(captured: list[list[Group]], wrappers: dict[str, Any]) -> Callable[[
         names = list(params) if isinstance(params, dict) else None
         return SQLiteCursorWrapper.convert_query(None, sql, param_names=names)  # type: ignore[arg-type]
 
-    ready = [[(atomic, [(converted(sql, p), p) for sql, p in statements])
+    ready = [[(atomic, [(converted(sql, p), p, failed) for sql, p, failed in statements])
               for _, atomic, statements in groups] for groups in captured]
+    import sqlite3
 
     def loop() -> None:
         for groups in ready:
             for atomic, statements in groups:
                 if atomic:
                     raw.execute(begin)
-                for sql, params in statements:
+                for sql, params, failed in statements:
+                    if failed:
+                        try:
+                            raw.execute(sql, params or ()).fetchall()
+                        except sqlite3.Error:
+                            pass
+                        continue
                     raw.execute(sql, params or ()).fetchall()
                 if atomic:
                     raw.execute("COMMIT")

@@ -309,13 +309,34 @@ def cpu_of_plain(paths: Paths, ids: Ids, n: int, repeats: int = 3) -> dict[str, 
 # -- one stack, instructions (the process under callgrind) ----------------------------------
 
 def instructions_stack(stack: str, n: int) -> dict[str, Any]:
+    from django.test import override_settings
+
     from bench.lib import replay
 
     counter = callgrind.Counter()
     paths = setup(stack)
     ids = Ids()
     out: dict[str, Any] = {}
+    # Under callgrind a run takes many minutes: no connection may reach its maximum age
+    # and reconnect inside a counted loop (a reconnect is a million instructions).
+    from django.db import connections
+
+    for conn in connections.all():
+        conn.settings_dict["CONN_MAX_AGE"] = None
+        conn.close_at = None  # one already open
+    override_settings(CELERY_IDEM_CONNECTION_MAX_AGE=10**9).enable()  # before it opens
     counter.start()
+
+    def counted(label: str, loop: Callable[[], None]) -> float:
+        from bench.lib.counting import connections_in_use
+
+        before = {k: w.connection for k, w in connections_in_use().items()}
+        found = counter.count(label, loop) / n
+        after = {k: w.connection for k, w in connections_in_use().items()}
+        if any(after.get(k) is not raw for k, raw in before.items()):
+            raise RuntimeError(f"{label}: a connection was opened again inside the count")
+        return found
+
     try:
         for name, (_, floor) in PATHS.items():
             with path_settings(name):
@@ -327,10 +348,10 @@ def instructions_stack(stack: str, n: int) -> dict[str, Any]:
                     c.reset_tables()
                     again = replay.replayer(captured)
                     paths.operations(name, block)  # the same prepared state
-                    floor_instr = counter.count(f"{name} floor", again) / n
+                    floor_instr = counted(f"{name} floor", again)
                     c.reset_tables()
                 ops = paths.operations(name, block)
-                instr = counter.count(name, run_all(ops)) / n
+                instr = counted(name, run_all(ops))
             out[name] = {"instructions": round(instr)}
             if floor:
                 out[name]["floor_instructions"] = round(floor_instr)
