@@ -105,9 +105,7 @@ class PostgreSQLBackend(Backend):
     @staticmethod
     def _run(connection: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         # Prepared only where the settings ask for it (backends.prepared).
-        with prepared.cursor(connection) as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
+        return prepared.fetch(connection, sql, params)
 
     def _write(self, sql: str, params: dict[str, Any], *,
                flush: bool = False) -> list[tuple[Any, ...]]:
