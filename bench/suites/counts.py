@@ -213,13 +213,27 @@ class Paths:
 
 @contextmanager
 def path_settings(name: str) -> Iterator[None]:
-    from django.test import override_settings
-
+    """CELERY_IDEM_DURABILITY = "broker" for the paths of broker durability. Set on
+    Django's settings themselves, not with override_settings: under it every read of
+    Django's settings (each of Celery's own, several a publish) takes another step."""
     if "durability broker" not in name:
         yield
         return
-    with override_settings(CELERY_IDEM_DURABILITY="broker"):
+    from django.conf import settings
+
+    from celery_idem.conf import settings as idem_settings
+
+    had = getattr(settings, "CELERY_IDEM_DURABILITY", None)
+    settings.CELERY_IDEM_DURABILITY = "broker"
+    idem_settings.__dict__.pop("DURABILITY", None)
+    try:
         yield
+    finally:
+        if had is None:
+            del settings.CELERY_IDEM_DURABILITY
+        else:
+            settings.CELERY_IDEM_DURABILITY = had
+        idem_settings.__dict__.pop("DURABILITY", None)
 
 
 def run_all(ops: list[Callable[[], Any]]) -> Callable[[], None]:
@@ -309,9 +323,10 @@ def cpu_of_plain(paths: Paths, ids: Ids, n: int, repeats: int = 3) -> dict[str, 
 # -- one stack, instructions (the process under callgrind) ----------------------------------
 
 def instructions_stack(stack: str, n: int) -> dict[str, Any]:
-    from django.test import override_settings
+    from django.conf import settings
 
     from bench.lib import replay
+    from celery_idem.conf import settings as idem_settings
 
     counter = callgrind.Counter()
     paths = setup(stack)
@@ -324,7 +339,10 @@ def instructions_stack(stack: str, n: int) -> dict[str, Any]:
     for conn in connections.all():
         conn.settings_dict["CONN_MAX_AGE"] = None
         conn.close_at = None  # one already open
-    override_settings(CELERY_IDEM_CONNECTION_MAX_AGE=10**9).enable()  # before it opens
+    # Not override_settings: with it every read of Django's settings (each of Celery's
+    # own, several a publish) takes another step, and the counts would be its.
+    settings.CELERY_IDEM_CONNECTION_MAX_AGE = 10**9  # before the bookkeeping one opens
+    idem_settings.__dict__.pop("CONNECTION_MAX_AGE", None)
     counter.start()
 
     def counted(label: str, loop: Callable[[], None]) -> float:
