@@ -46,11 +46,14 @@ def test_end_to_end(bench_env, tmp_path):
     ``floor-split-hot``: the library's statements in raw SQL on candidate layouts of the
     job row, bench/lib/layouts_sql.py; ``*-broker``: CELERY_IDEM_DURABILITY = "broker", no
     intent written at publish; ``floor-intent``, ``pub-floor``: the floor's intent written
-    at publish); on RabbitMQ the raw app and the fixup's policy (a session per task); the
-    report renders from the results file."""
+    at publish; ``django-real``, ``idem-real``: the realistic body, its overheads against
+    its own plain twin, and every run's latency one task at a time); on RabbitMQ the raw
+    app and the fixup's policy (a session per task); the report renders from the results
+    file."""
     variants = ("raw,django,once,floor,floor-django,floor-intent,idem,idem-broker,atomic,"
                 "replay,replay-sent,pub-plain,pub-idem,pub-async,pub-broker,pub-floor,"
-                "floor-bare,floor-bare-broker,floor-wide,floor-split,floor-split-hot")
+                "floor-bare,floor-bare-broker,floor-wide,floor-split,floor-split-hot,"
+                "django-real,idem-real")
     if not _once_available():
         variants = variants.replace("once,", "")
     data = run(bench_env, tmp_path, "end-to-end", "--n", "8", "--rounds", "1",
@@ -72,6 +75,9 @@ def test_end_to_end(bench_env, tmp_path):
     assert (idem["wal_bytes_per_task"] or idem["wal_bytes_per_task_cluster"]) > 0
     # the "keep" policy: the Django workers opened no session per task
     assert idem["pg_sessions_per_task"] < 1
+    real = data["summary"]["redis"]["idem-real"]
+    assert real["median_latency_ms"] > 0 and real["median_overhead_cpu_us"] is not None
+    assert data["summary"]["redis"]["django-real"]["overhead_cpu_us"] == []  # its own twin
     data = run(bench_env, tmp_path, "end-to-end", "--n", "8", "--rounds", "1",
                "--broker", "rabbitmq", "--variants", "raw,django:celery")
     assert data["summary"]["rabbitmq"]["django:celery"]["median_ratio_to_raw"] > 0
