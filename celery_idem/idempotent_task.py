@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from datetime import datetime
-from functools import cache
 from typing import Any, ClassVar
 
 from celery import Task, current_app
@@ -278,15 +277,20 @@ class IdempotentTask(DjangoTask):
             self.pop_request()
 
 
-@cache
+#: Per task class, what ``_calls_run`` found.
+_CALLS_RUN: dict[type, bool] = {}
+
+
 def _calls_run(cls: type) -> bool:
     """Whether the ``__call__`` after ``IdempotentTask``'s in ``cls``'s order is Celery's
     own ``Task.__call__``, which only pushes a request and calls ``run``."""
-    mro = cls.__mro__
-    for base in mro[mro.index(IdempotentTask) + 1:]:
-        if "__call__" in base.__dict__:
-            return base.__dict__["__call__"] is Task.__call__
-    return False
+    found = _CALLS_RUN.get(cls)
+    if found is None:
+        mro = cls.__mro__
+        after = [base.__dict__["__call__"] for base in mro[mro.index(IdempotentTask) + 1:]
+                 if "__call__" in base.__dict__]
+        found = _CALLS_RUN[cls] = bool(after) and after[0] is Task.__call__
+    return found
 
 
 __all__ = ["IdempotentTask"]
