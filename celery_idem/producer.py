@@ -101,7 +101,10 @@ def write_intents(intents: list[tuple[Intent, str]]) -> list[ClaimOutcome]:
     dedicated = not atomic and bool(settings.DEDICATED_CONNECTION)
     backend = get_backend(alias, dedicated)
     try:
-        with persistence(), _savepoint(alias, atomic):
+        # In the caller's transaction a savepoint of its own: a database error on it (bad
+        # input the driver refuses) rolls back to it, and the caller's transaction stays
+        # usable. Outside one an autocommitted write needs none.
+        with persistence(), (backend.savepoint() if atomic else nullcontext()):
             if len(intents) == 1:
                 intent, task_id = intents[0]
                 return [backend.publish(intent, task_id, timezone.now())]
@@ -123,15 +126,6 @@ def mismatch(intent: Intent, row: Any) -> KeyMismatch:
     new = {"args": intent.args or [], "kwargs": intent.kwargs or {}}
     return KeyMismatch.build(intent.namespace, intent.key, row.fingerprint, intent.fingerprint,
                              stored, new if intent.args is not None else None)
-
-
-def _savepoint(alias: str, atomic: bool) -> Any:
-    """A savepoint when the caller holds a transaction on ``alias`` (``atomic``); else
-    nothing (an autocommitted write needs none, and a savepoint would cost two round
-    trips)."""
-    if atomic:
-        return transaction.atomic(using=alias)
-    return nullcontext()
 
 
 def delivery_options(options: dict[str, Any]) -> dict[str, Any]:
