@@ -155,11 +155,21 @@ def in_transaction() -> bool:
 
 
 def mark_sent(job_id: int, now: datetime | None = None) -> None:
-    """Record that the message of an intent written in a transaction has left."""
+    """Record that the message of an intent written in a transaction has left.
+
+    On PostgreSQL on the bookkeeping connection, its commit not waiting for the WAL
+    flush: a mark a crash lost leaves the intent looking never sent, and recovery sends
+    its message again, a duplicate the key answers (the producer that dies before the
+    mark is the same window)."""
     change = Change(job_id, "sent", State.PENDING, attempt=0,
                     values={"sent_at": now or timezone.now()})
-    with persistence():
-        get_backend(settings.DATABASE).apply(change, timezone.now())
+    dedicated = bool(settings.DEDICATED_CONNECTION)
+    try:
+        with persistence():
+            get_backend(settings.DATABASE, dedicated).apply(change, timezone.now())
+    finally:
+        if dedicated:
+            release_bookkeeping()  # a web process has no task_postrun to hand it back
 
 
 def _send_committed(app: Any, body: Any, kwargs: dict[str, Any], job_id: int | None) -> None:
