@@ -72,7 +72,7 @@ def _outcome(rows: list[tuple[Any, ...]]) -> ClaimOutcome:
     if not rows:
         return ClaimOutcome(False, None)
     won, recorded, *values = rows[0]
-    return ClaimOutcome(bool(won), row_from_tuple(values), bool(recorded))
+    return ClaimOutcome(bool(won), row_from_tuple(values, won=bool(won)), bool(recorded))
 
 
 #: Set while the backend's writes run each in a savepoint of its own (``savepoint``).
@@ -183,7 +183,7 @@ class PostgreSQLBackend(Backend):
             "to_state": move.target.value, "event": move.event, "from_state": None,
             "now": now,
         }, flush=True)  # as ``_insert``: the messages are about to leave
-        return {(namespace, key): ClaimOutcome(bool(won), row_from_tuple(row))
+        return {(namespace, key): ClaimOutcome(bool(won), row_from_tuple(row, won=bool(won)))
                 for won, _, namespace, key, *row in rows}
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
