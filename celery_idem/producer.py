@@ -45,6 +45,13 @@ ROUTING_OPTIONS = ("queue", "routing_key", "exchange", "priority")
 #: The batch open in this context (``celery_idem.batching``): it takes the intents and
 #: messages of the publishes made in it, and writes and sends them together at its end.
 open_batch: ContextVar[Any] = ContextVar("celery_idem_batch", default=None)
+#: While ``send`` hands a call to Celery: (task name, task id, what writes its bare
+#: intent). Celery runs an eager call through the task's ``apply`` instead of publishing,
+#: and ``IdempotentTask.apply`` writes the intent there (``write_eager_intent``), before
+#: the body: no read of ``task_always_eager`` (a Celery setting under a Django namespace
+#: costs about 140,000 instructions to read) on every publish.
+_eager_intent: ContextVar[tuple[str, str, Callable[[], None]] | None] = ContextVar(
+    "celery_idem_eager_intent", default=None)
 
 
 def build_intent(spec: KeySpec, namespace: str, task_name: str, args: Any = None,
@@ -94,7 +101,10 @@ def write_intents(intents: list[tuple[Intent, str]]) -> list[ClaimOutcome]:
     dedicated = not atomic and bool(settings.DEDICATED_CONNECTION)
     backend = get_backend(alias, dedicated)
     try:
-        with persistence(), _savepoint(alias, atomic):
+        # In the caller's transaction a savepoint of its own: a database error on it (bad
+        # input the driver refuses) rolls back to it, and the caller's transaction stays
+        # usable. Outside one an autocommitted write needs none.
+        with persistence(), (backend.savepoint() if atomic else nullcontext()):
             if len(intents) == 1:
                 intent, task_id = intents[0]
                 return [backend.publish(intent, task_id, timezone.now())]
@@ -116,15 +126,6 @@ def mismatch(intent: Intent, row: Any) -> KeyMismatch:
     new = {"args": intent.args or [], "kwargs": intent.kwargs or {}}
     return KeyMismatch.build(intent.namespace, intent.key, row.fingerprint, intent.fingerprint,
                              stored, new if intent.args is not None else None)
-
-
-def _savepoint(alias: str, atomic: bool) -> Any:
-    """A savepoint when the caller holds a transaction on ``alias`` (``atomic``); else
-    nothing (an autocommitted write needs none, and a savepoint would cost two round
-    trips)."""
-    if atomic:
-        return transaction.atomic(using=alias)
-    return nullcontext()
 
 
 def delivery_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -154,11 +155,21 @@ def in_transaction() -> bool:
 
 
 def mark_sent(job_id: int, now: datetime | None = None) -> None:
-    """Record that the message of an intent written in a transaction has left."""
+    """Record that the message of an intent written in a transaction has left.
+
+    On PostgreSQL on the bookkeeping connection, its commit not waiting for the WAL
+    flush: a mark a crash lost leaves the intent looking never sent, and recovery sends
+    its message again, a duplicate the key answers (the producer that dies before the
+    mark is the same window)."""
     change = Change(job_id, "sent", State.PENDING, attempt=0,
                     values={"sent_at": now or timezone.now()})
-    with persistence():
-        get_backend(settings.DATABASE).apply(change, timezone.now())
+    dedicated = bool(settings.DEDICATED_CONNECTION)
+    try:
+        with persistence():
+            get_backend(settings.DATABASE, dedicated).apply(change, timezone.now())
+    finally:
+        if dedicated:
+            release_bookkeeping()  # a web process has no task_postrun to hand it back
 
 
 def _send_committed(app: Any, body: Any, kwargs: dict[str, Any], job_id: int | None) -> None:
@@ -222,10 +233,6 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
     if not intent_first:  # broker durability: the worker's claim inserts the row
         headers[UNWRITTEN_HEADER] = True
     final = {**options, "headers": headers}
-    if task.app.conf.task_always_eager:  # nothing is published: no envelope to keep
-        if intent_first:
-            write_intent(job, task_id)
-        return publish({**final, "producer": producer})
     outbox = in_transaction()
     # Argument reprs the caller set (to hide a secret, say) are kept; Celery's own are not.
     given = tuple(name for name in ("argsrepr", "kwargsrepr") if options.get(name) is not None)
@@ -265,10 +272,29 @@ def _send(task: Any, args: Any, kwargs: Any, options: dict[str, Any],
                 raise
             return None
 
-    result = _publish_captured(task, producer, publish, final, on_publish)
+    def write_bare() -> None:
+        written.append(inserted_id(write_intent(job, task_id)) if intent_first else None)
+
+    # An eager call is run, not published: its bare intent is written by ``apply``
+    # (nothing is published: no envelope to keep), before the body runs.
+    token = _eager_intent.set((task.name, task_id, write_bare))
+    try:
+        result = _publish_captured(task, producer, publish, final, on_publish)
+    finally:
+        _eager_intent.reset(token)
     if not written and intent_first:  # Celery published nothing (a custom route or
-        write_intent(job, task_id)      # class): the bare intent
+        write_bare()                    # class): the bare intent
     return result
+
+
+def write_eager_intent(task_name: str, task_id: str | None) -> None:
+    """Called by ``IdempotentTask.apply``: when ``send`` is handing this very call to
+    Celery, which runs it eagerly instead of publishing it, write its bare intent now,
+    before the body (KeyMismatch raises here, as at any publish)."""
+    pending = _eager_intent.get()
+    if pending is not None and pending[:2] == (task_name, task_id):
+        _eager_intent.set(None)  # the body's own publishes are theirs
+        pending[2]()
 
 
 def _resend(task: Any, parent: Any, producer: Any, publish: Callable[[dict[str, Any]], Any],

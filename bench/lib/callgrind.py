@@ -7,6 +7,9 @@ dump them (a client request, through a tiny C shim compiled here with gcc), then
 the dump's ``summary:`` line: the instructions this process executed in ``fn`` alone
 (PostgreSQL's and the broker's are not in it, as with ``time.process_time``).
 ``PYTHONHASHSEED=0`` keeps set and dict orders, and so the count, the same run to run.
+``run_under(..., instrument=False)`` starts the program uninstrumented (valgrind's core
+alone, several times faster than callgrind: Django's setup and imports), and
+``Counter.start()`` turns callgrind's instrumentation on before the first loop.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ ENV = "BENCH_CALLGRIND_DIR"
 SHIM = """#include <valgrind/callgrind.h>
 void idem_zero(void) { CALLGRIND_ZERO_STATS; }
 void idem_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
+void idem_start(void) { CALLGRIND_START_INSTRUMENTATION; }
 """
 
 
@@ -31,8 +35,9 @@ def active() -> bool:
     return bool(os.environ.get(ENV))
 
 
-def run_under(argv: list[str], out_dir: Path) -> int:
-    """Run ``python argv`` under callgrind (this process waits); its exit status."""
+def run_under(argv: list[str], out_dir: Path, instrument: bool = True) -> int:
+    """Run ``python argv`` under callgrind (this process waits); its exit status.
+    ``instrument`` False: uninstrumented until ``Counter.start()``."""
     for tool in ("valgrind", "gcc"):
         if shutil.which(tool) is None:
             raise SystemExit(f"--instructions needs {tool} (apt-get install valgrind gcc)")
@@ -46,7 +51,8 @@ def run_under(argv: list[str], out_dir: Path) -> int:
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     env = {**os.environ, ENV: str(out_dir), "PYTHONHASHSEED": "0"}
     cmd = ["valgrind", "--tool=callgrind", "--quiet",
-           f"--callgrind-out-file={out_dir / 'cg.out'}", sys.executable, *argv]
+           f"--callgrind-out-file={out_dir / 'cg.out'}",
+           *([] if instrument else ["--instr-atstart=no"]), sys.executable, *argv]
     return subprocess.run(cmd, env=env, cwd=Path(__file__).resolve().parents[2]).returncode
 
 
@@ -57,6 +63,10 @@ class Counter:
         self.dir = Path(os.environ[ENV])
         self.lib = ctypes.CDLL(str(self.dir / "shim.so"))
         self.dumps = 0
+
+    def start(self) -> None:
+        """Turn instrumentation on (a run started with ``instrument=False``)."""
+        self.lib.idem_start()
 
     def count(self, name: str, fn: Callable[[], None]) -> int:
         self.lib.idem_zero()

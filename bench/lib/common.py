@@ -90,11 +90,11 @@ def configure_in_process(queue: str) -> dict[str, str]:
 
 def setup_django(create_db: bool = True) -> None:
     """django.setup(), after creating and migrating the benchmark database if needed."""
-    mysql = os.environ.get("IDEM_DATABASE") == "mysql"
+    kind = os.environ.get("IDEM_DATABASE")
     if create_db:
-        if mysql:
+        if kind == "mysql":
             ensure_mysql_database(os.environ["IDEM_MYSQL_NAME"])
-        else:
+        elif kind != "sqlite":  # SQLite's file is made by the migrations
             ensure_database(os.environ["IDEM_PG_NAME"])
     import django
 
@@ -156,6 +156,12 @@ def reset_tables() -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY")
+            return
+        if connection.vendor == "sqlite":  # ids from 1 again, as the others restart them
+            for table in tables:
+                cursor.execute(f"DELETE FROM {table}")
+            cursor.execute("DELETE FROM sqlite_sequence WHERE name IN ("
+                           + ", ".join(["%s"] * len(tables)) + ")", tables)
             return
         # MySQL/MariaDB: one table per TRUNCATE, refused on a table a foreign key
         # references unless the checks are off (this benchmark's own session only).

@@ -9,7 +9,9 @@
   run's clients: what is measured is the pooler in the path, not clients queueing;
 - ``mysql``: MariaDB (or MySQL) through Django's mysql backend and the library's
   portable backend (``IDEM_MYSQL_NAME``, default ``idem_bench``, on ``IDEM_MYSQL_HOST``,
-  default the shared server on 127.0.0.1:3306, user root).
+  default the shared server on 127.0.0.1:3306, user root);
+- ``sqlite``: the test project's SQLite file under ``IDEM_VAR_DIR`` (WAL, synchronous
+  NORMAL), for the suites that count rather than time (``counts``).
 
 What a run reads of the database, per stack: the CPU of the database's processes (the
 PostgreSQL backends connected to the benchmark database; MariaDB's whole ``mariadbd``,
@@ -32,12 +34,13 @@ from typing import Any
 from bench.lib import common as c
 from bench.lib.common import close_django_connections
 
-STACKS = ("postgres", "pgbouncer", "mysql")
+STACKS = ("postgres", "pgbouncer", "mysql", "sqlite")
 #: Variants that need PostgreSQL itself (raw psycopg workers, PostgreSQL SQL, a patch of
 #: the PostgreSQL backend): not run on MariaDB.
 POSTGRES_ONLY = ("raw", "floor", "pub-async", "floor-split", "floor-split-hot")
 #: The database server's CPU group in a run's ``cpu_us_per_task``, per stack.
-DB_GROUP = {"postgres": "postgres", "pgbouncer": "postgres", "mysql": "mariadb"}
+DB_GROUP = {"postgres": "postgres", "pgbouncer": "postgres", "mysql": "mariadb",
+            "sqlite": "sqlite"}
 #: PgBouncer's own default_pool_size.
 PGBOUNCER_POOL_SIZE = 20
 
@@ -62,7 +65,7 @@ class Stack:
             raise SystemExit(f"unknown database {name!r}; choose from {STACKS}")
         self.name = name
         self.bouncer = bouncer
-        self.postgres = name != "mysql"
+        self.postgres = name in ("postgres", "pgbouncer")
         self._direct: Any = None
         self._walinspect: bool | None = None
 
@@ -204,7 +207,7 @@ def opened(name: str) -> Iterator[Stack]:
     saved = {k: os.environ.get(k) for k in ("IDEM_DATABASE", "IDEM_PG_PORT", "IDEM_PGBOUNCER",
                                             "IDEM_PG_DIRECT_PORT", "IDEM_MYSQL_NAME")}
     stack = Stack(name)
-    os.environ["IDEM_DATABASE"] = "mysql" if name == "mysql" else "postgres"
+    os.environ["IDEM_DATABASE"] = name if name in ("mysql", "sqlite") else "postgres"
     if name == "mysql":
         os.environ.setdefault("IDEM_MYSQL_NAME", os.environ.get("IDEM_PG_NAME", "idem_bench"))
     if name == "pgbouncer":

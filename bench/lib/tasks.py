@@ -32,6 +32,32 @@ def bench_plain(key):
     return key
 
 
+def _real(key: str) -> None:
+    """What a task does more often than one INSERT: five queries around its one effect (a
+    read by the key's index, the row, an update of it by primary key, a neighbour by the
+    primary key's index, the row read back)."""
+    Effect.objects.filter(key=key).exists()
+    row = Effect.objects.create(key=key, pid=os.getpid())
+    Effect.objects.filter(pk=row.pk).update(pid=row.pid)
+    Effect.objects.filter(pk__lt=row.pk).order_by("-pk").values_list("pk", flat=True).first()
+    Effect.objects.filter(pk=row.pk).values_list("key", "created_at").get()
+
+
+@shared_task(name="bench.plain_real", ignore_result=True)
+def bench_plain_real(key):
+    """Plain Celery with a realistic body (``_real``): five queries, one effect."""
+    _real(key)
+    return key
+
+
+@shared_task(name="bench.idem_real", base=IdempotentTask, ignore_result=True,
+             idempotency_key="bench/{key}")
+def bench_idem_real(key):
+    """IdempotentTask, default mode, with the same realistic body."""
+    _real(key)
+    return key
+
+
 @shared_task(name="bench.idem", base=IdempotentTask, ignore_result=True,
              idempotency_key="bench/{key}")
 def bench_idem(key):

@@ -28,8 +28,9 @@ SUITES = {
     "scale": "scale",
     "memory": "memory",
     "broker-loss": "broker_loss",
+    "counts": "counts",
 }
-ALL_STACKS = ("postgres", "pgbouncer", "mysql")
+ALL_STACKS = ("postgres", "pgbouncer", "mysql", "sqlite")
 
 
 @dataclass

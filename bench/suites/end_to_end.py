@@ -32,7 +32,16 @@ the worker consumes them (no pre-filled queue). Measured per run:
 - ``pg_sessions_per_task``: PostgreSQL sessions opened per task (the connection policy;
   behind PgBouncer the pooler's server sessions; None on MariaDB);
   ``pooler_transactions_per_task``: transactions PgBouncer passed (its SHOW STATS);
+- ``latency_ms``: after the run, ``--latency`` tasks one at a time (each published once
+  the one before finished, into an idle worker): from the publish to the worker's finish
+  (its ``task_postrun``), the median; what one task takes as its caller feels it;
 - the load average before and after.
+
+Beside each ratio the summary says what a variant adds per task over its plain twin
+(``django``, ``pub-plain`` for publishing alone, ``django-real`` for ``idem-real``), as
+medians of the rounds' differences: ``overhead_cpu_us`` (CPU of every group together),
+``overhead_wall_us`` (the run's time per task: what the rate loses) and
+``overhead_latency_ms``.
 
 Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
 
@@ -65,6 +74,9 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
   or that carries a callback is: its worker reads the row and returns the outcome;
 - ``idem-broker``: ``idem`` with ``CELERY_IDEM_DURABILITY = "broker"`` in the producer and
   the worker (no intent at publish; the claim inserts the row);
+- ``django-real``, ``idem-real``: a realistic body beside the empty one, the same in both
+  (five queries around the one effect: bench/lib/tasks.py ``_real``), plain and
+  ``IdempotentTask``; ``idem-real``'s ratio and overheads are against ``django-real``;
 - ``pub-plain``, ``pub-idem``: publishing alone, no worker (plain vs idempotent);
   ``pub-broker``: ``pub-idem`` with ``CELERY_IDEM_DURABILITY = "broker"``;
   ``pub-floor``: ``pub-plain`` after the floor's intent (``floor-intent``'s publish);
@@ -97,6 +109,7 @@ from bench.lib.stacks import DB_GROUP, POSTGRES_ONLY, STACKS, Stack, opened
 from bench.lib.workers import WorkerProcess
 from bench.suites import Options
 from bench.suites.end_to_end_variants import (
+    BASELINE,
     BROKER_DURABILITY,
     RAW_APP,
     REPLAYS,
@@ -126,8 +139,23 @@ WARMUP = 4
 
 # -- one run -------------------------------------------------------------------------------
 
+def latencies(variant: str, keys: list[str], queue: str, timeout: float,
+              worker: WorkerProcess) -> list[float]:
+    """Each key's task published alone, once the one before finished: from the publish to
+    its finish (the worker's mark), in ms."""
+    out = []
+    for key in keys:
+        done = c.marks(queue)["n"]
+        started = time.time()
+        publish(variant, [key], queue)
+        c.wait_for(lambda d=done: c.marks(queue)["n"] > d, timeout, f"{variant} latency",
+                   interval=0.002, alive=worker.alive)
+        out.append(1e3 * (c.marks(queue)["last"] - started))
+    return out
+
+
 def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
-            stack: Stack) -> dict[str, Any]:
+            stack: Stack, latency: int = 0) -> dict[str, Any]:
     queue = c.new_queue(f"honest-{variant}")
     tag = uuid.uuid4().hex[:8]
     keys = [f"{tag}-{i}" for i in range(n)]
@@ -145,6 +173,8 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
             worker.args[worker.args.index("bench.lib.worker_app")] = "bench.lib.raw_app"
             worker.env.pop("DJANGO_SETTINGS_MODULE", None)  # no Django, no fixup
     load_before = c.loadavg()
+    m: dict[str, float] = {"n": 0, "first": 0.0, "last": 0.0}
+    lat: list[float] = []
     try:
         if worker is not None:
             worker.start()
@@ -163,18 +193,21 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
         after, wal = groups.sample(), stack.wal_bytes(lsn)
         opened, pooled_after = stack.sessions_opened(), stack.pooler_transactions()
         sessions = None if sessions is None or opened is None else opened - sessions
+        m = c.marks(queue)  # the run's, before the latency tasks add theirs
+        if worker is not None and sent and variant not in REPLAYS and latency:
+            lat = latencies(variant, [f"{tag}-lat{i}" for i in range(latency)], queue,
+                            timeout, worker)
     finally:
         if worker is not None:
             worker.stop()
         c.delete_queue(broker, queue)
-    m = c.marks(queue)
     c.clear_marks(queue)
     if variant == "once":
         c.clear_once_locks()
     cpu = Groups.delta(before, after, n)
     cpu["producer"] = round(1e6 * producer_cpu / n, 1)
     made = effects(tag)
-    expected = 0 if variant in REPLAYS or variant.startswith("pub-") else n
+    expected = 0 if variant in REPLAYS or variant.startswith("pub-") else n + len(lat)
     # Without a message to run (a replay answered at publish), publishing was the work.
     total_s = (m["last"] - t0) if worker is not None and sent else publish_s
     span = m["last"] - m["first"]
@@ -191,6 +224,7 @@ def run_one(broker: str, variant: str, n: int, policy: str, timeout: float,
         "pg_sessions_per_task": round(sessions / n, 3) if sessions is not None else None,
         "pooler_transactions_per_task": round((pooled_after - pooled) / n, 2)
         if pooled is not None and pooled_after is not None else None,
+        "latency_ms": round(c.median(lat), 2) if lat else None,
         "effects": made, "exactly_once": made == expected,
         "loadavg_before": load_before, "loadavg_after": c.loadavg(),
     }
@@ -214,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                          "directly (default), behind a PgBouncer of the run's own in "
                          "transaction mode, or MariaDB")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
+    ap.add_argument("--latency", type=int, default=20,
+                    help="tasks run one at a time after each run, for its latency (0: none)")
     ap.add_argument("--out", default=None, help="results file")
     ap.add_argument("--print", dest="show", default=None, metavar="FILE",
                     help="print the table of a results file and exit")
@@ -257,7 +293,8 @@ def measure(args: argparse.Namespace, brokers: list[str], variants: list[str],
         for rnd in range(args.rounds):
             for variant in variants:
                 name, _, policy = variant.partition(":")
-                r = run_one(broker, name, args.n, policy or args.policy, timeout, stack)
+                r = run_one(broker, name, args.n, policy or args.policy, timeout, stack,
+                            args.latency)
                 r["variant"], r["kind"], r["round"] = variant, name, rnd
                 runs.append(r)
     data = {
@@ -265,7 +302,7 @@ def measure(args: argparse.Namespace, brokers: list[str], variants: list[str],
         "settings": {"database": stack.name, "n": args.n, "rounds": args.rounds,
                      "policy": args.policy,
                      "concurrency": 2, "pool": "prefork", "prefetch_multiplier": 1,
-                     "acks_late": True, "warmup": WARMUP,
+                     "acks_late": True, "warmup": WARMUP, "latency_tasks": args.latency,
                      "measure": "publish while the worker consumes; total = first publish "
                                 "to last finish"},
         "elapsed_s": round(time.time() - started, 1), "loadavg_end": c.loadavg(),
@@ -305,14 +342,25 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             e = summary.setdefault(broker, {}).setdefault(variant, {
                 "total_per_s": [], "publish_per_s": [], "worker_per_s": [],
                 "ratio_to_django": [], "ratio_to_raw": [], "cpu": [], "wal": [], "wal_cluster": [],
-                "sessions": []})
+                "sessions": [], "latency_ms": [], "overhead_cpu_us": [], "overhead_wall_us": [],
+                "overhead_latency_ms": []})
             rate = "publish_per_s" if variant.startswith("pub-") else "total_per_s"
-            for key in ("total_per_s", "publish_per_s", "worker_per_s"):
-                if r[key] is not None:
+            for key in ("total_per_s", "publish_per_s", "worker_per_s", "latency_ms"):
+                if r.get(key) is not None:
                     e[key].append(r[key])
-            base = by_variant.get("pub-plain" if variant.startswith("pub-") else "django")
+            base = by_variant.get(BASELINE.get(r.get("kind", variant), "pub-plain" if
+                                               variant.startswith("pub-") else "django"))
             if base and base[rate] and r[rate]:
                 e["ratio_to_django"].append(round(r[rate] / base[rate], 3))
+            if base and base is not r:
+                # What the variant adds per task over its plain twin, in this round.
+                e["overhead_cpu_us"].append(round(
+                    r["cpu_us_per_task_total"] - base["cpu_us_per_task_total"], 1))
+                if base[rate] and r[rate]:
+                    e["overhead_wall_us"].append(round(1e6 / r[rate] - 1e6 / base[rate], 1))
+                if r.get("latency_ms") is not None and base.get("latency_ms") is not None:
+                    e["overhead_latency_ms"].append(round(r["latency_ms"] - base["latency_ms"],
+                                                          2))
             if "raw" in by_variant and by_variant["raw"]["total_per_s"] and r["total_per_s"] \
                     and not variant.startswith("pub-"):
                 e["ratio_to_raw"].append(round(r["total_per_s"] / by_variant["raw"]["total_per_s"], 3))
@@ -324,7 +372,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for variants in summary.values():
         for e in variants.values():
             for key in ("total_per_s", "publish_per_s", "worker_per_s", "ratio_to_django",
-                        "ratio_to_raw", "wal", "wal_cluster", "sessions"):
+                        "ratio_to_raw", "wal", "wal_cluster", "sessions", "latency_ms",
+                        "overhead_cpu_us", "overhead_wall_us", "overhead_latency_ms"):
                 e[f"median_{key}"] = round(c.median(e[key]), 3) if e[key] else None
             groups = sorted({g for cpu in e["cpu"] for g in cpu})
             e["median_cpu_us"] = {g: round(c.median(cpu.get(g, 0) for cpu in e["cpu"]), 1)
@@ -340,7 +389,8 @@ def print_table(data: dict[str, Any]) -> None:
           f"load {data['environment']['loadavg']} -> {data['loadavg_end']}")
     head = (f"  {'variant':10} {'total/s':>8} {'x django':>8} {'x raw':>6} {'publish/s':>9} "
             f"{'worker/s':>8} {'cpu prod':>8} {'worker':>7} {'db':>7} {'pooler':>7} "
-            f"{'broker':>7} {'WAL B':>7} {'sess':>5}")
+            f"{'broker':>7} {'WAL B':>7} {'sess':>5} {'+CPU us':>8} {'+wall us':>8} "
+            f"{'lat ms':>6} {'+lat ms':>7}")
     db = DB_GROUP[database]
     for broker, variants in data["summary"].items():
         print(f"\n{database}, {broker} (medians; CPU µs ({db}; PgBouncer as pooler), WAL bytes"
@@ -352,4 +402,6 @@ def print_table(data: dict[str, Any]) -> None:
                   f"{e['median_worker_per_s']!s:>8} {cpu.get('producer')!s:>8} "
                   f"{cpu.get('worker')!s:>7} {cpu.get(db)!s:>7} {cpu.get('pgbouncer')!s:>7} "
                   f"{cpu.get('broker')!s:>7} {e['median_wal']!s:>7} "
-                  f"{e.get('median_sessions')!s:>5}")
+                  f"{e.get('median_sessions')!s:>5} {e.get('median_overhead_cpu_us')!s:>8} "
+                  f"{e.get('median_overhead_wall_us')!s:>8} {e.get('median_latency_ms')!s:>6} "
+                  f"{e.get('median_overhead_latency_ms')!s:>7}")

@@ -16,7 +16,9 @@ from bench.lib import common as c
 VARIANTS = ("raw", "django", "once", "floor", "floor-django", "floor-intent", "idem",
             "idem-broker", "atomic", "replay", "replay-sent", "pub-plain", "pub-idem",
             "pub-async", "pub-broker", "pub-floor", "floor-bare", "floor-bare-broker",
-            "floor-wide", "floor-split", "floor-split-hot")
+            "floor-wide", "floor-split", "floor-split-hot", "django-real", "idem-real")
+#: The plain variant each one's ratio and overheads are against (default ``django``).
+BASELINE = {"django-real": "django-real", "idem-real": "django-real"}
 #: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
 BROKER_DURABILITY = ("idem-broker", "pub-broker")
 #: The variants that write the floor's intent before each publish.
@@ -46,7 +48,8 @@ def sender(variant: str) -> Any:
             "pub-async": t.bench_idem, "idem-broker": t.bench_idem, "pub-broker": t.bench_idem,
             "atomic": t.bench_atomic,
             "floor-django": t.bench_floor_django, "floor-intent": t.bench_floor_django,
-            "pub-floor": t.bench_plain}[variant]
+            "pub-floor": t.bench_plain, "django-real": t.bench_plain_real,
+            "idem-real": t.bench_idem_real}[variant]
     if task is None:
         raise SystemExit("variant 'once' needs celery-once (pip install celery-once)")
     if variant in FLOOR_INTENT:

@@ -174,6 +174,13 @@ class Backend(ABC):
                  attempt, change.worker, change.task_id, change.reason, change.actor,
                  change.task_name)
 
+    def savepoint(self) -> AbstractContextManager[Any]:
+        """A savepoint around a write in the caller's transaction: a database error in it
+        rolls back to the savepoint, and the caller's transaction stays usable."""
+        from django.db import transaction
+
+        return transaction.atomic(using=self.alias)
+
     # -- what a subclass renders ---------------------------------------------------------
 
     @abstractmethod

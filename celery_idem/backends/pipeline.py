@@ -22,10 +22,18 @@ with a stored routine (``routines``) needs neither: the routine sets it first th
 the same transaction, so the call is sent alone (a pipeline costs the client about three
 times a plain execute).
 
-BEGIN and an atomic claim stay two round trips: psycopg syncs after the BEGIN it sends in
-pipeline mode (``BaseConnection._start_query``), and one simple-protocol query
-``BEGIN; ...`` would bind the claim's parameters client-side, which a prepared statement
-(when asked for) cannot.
+**The first statement of a transaction and its BEGIN; a savepoint around a statement.**
+In ``atomic()`` psycopg begins the transaction itself before the first statement: it
+sends its BEGIN alone and waits for it, in pipeline mode too (it syncs after it:
+``BaseConnection._start_query``), so an atomic body's claim cost two round trips. And an
+intent in the caller's transaction has a savepoint of its own, which Django's
+``atomic()`` creates and releases in two round trips more. ``fetch_together`` queues
+psycopg's own BEGIN (its isolation level included) when psycopg is about to send one,
+with psycopg told for that moment not to, ``SAVEPOINT`` and ``RELEASE SAVEPOINT`` around
+the statement when asked, and the statement, before one Sync: one round trip, the
+statement's parameters still bound server-side (a prepared statement, when asked for,
+stays possible). A statement that fails makes the server skip the rest up to the Sync;
+the savepoint is then rolled back to, and the caller's transaction stays usable.
 """
 
 from __future__ import annotations
@@ -37,6 +45,11 @@ from . import prepared
 
 #: Sent before a bookkeeping write, in its transaction: that commit only is unflushed.
 UNFLUSHED_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
+
+
+def supported() -> bool:
+    """Whether psycopg 3's pipeline mode is there (psycopg 2 and an old libpq have none)."""
+    return _supported()
 
 
 @cache
@@ -68,6 +81,69 @@ def execute_and_commit(connection: Any, sql: str, params: dict[str, Any]) -> Non
         with connection.connection.pipeline():
             cursor.execute(sql, params)
             cursor.cursor.execute("COMMIT", prepare=False)
+
+
+#: libpq's PQTRANS_IDLE: no transaction open, none in flight.
+_IDLE = 0
+
+
+def begins(connection: Any) -> bool:
+    """Whether psycopg would begin a transaction on ``connection`` (a DatabaseWrapper)
+    before its next statement: in ``atomic()``, nothing run in it yet."""
+    if not connection.in_atomic_block:
+        return False
+    raw = connection.connection
+    return (raw is not None and not raw.autocommit and _supported()
+            and raw.pgconn.transaction_status == _IDLE
+            and hasattr(raw, "_get_tx_start_command"))
+
+
+#: The savepoint ``fetch_together`` puts around a statement.
+SAVEPOINT = "celery_idem_write"
+
+
+def fetch_together(connection: Any, sql: str, params: dict[str, Any], *,
+                   savepoint: bool) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on ``connection`` (in ``atomic()``) and return its rows, in one round
+    trip with the BEGIN psycopg is about to send (``begins``) and, with ``savepoint``,
+    inside a savepoint of its own."""
+    begin = begins(connection)
+    with connection.wrap_database_errors, prepared.cursor(connection) as cursor:
+        raw = connection.connection
+        if begin:
+            command = raw._get_tx_start_command()
+            # For this pipeline only: psycopg would send its BEGIN alone, and wait.
+            raw._autocommit = True
+        try:
+            with raw.pipeline():
+                if begin:
+                    cursor.cursor.execute(command, prepare=False)
+                if savepoint:
+                    cursor.cursor.execute(f"SAVEPOINT {SAVEPOINT}", prepare=False)
+                cursor.execute(sql, params)
+                if savepoint:  # on a cursor of its own: the statement's rows stay
+                    raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}", prepare=False)
+        except Exception:
+            if savepoint:
+                _roll_back_to_savepoint(connection)
+            raise
+        finally:
+            if begin:
+                raw._autocommit = False
+        return list(cursor.fetchall())
+
+
+def _roll_back_to_savepoint(connection: Any) -> None:
+    """After ``fetch_together``'s statement failed: back to the savepoint, so the
+    caller's transaction goes on; if even that fails (the connection is gone), the
+    transaction can only roll back, as Django's ``atomic()`` marks it."""
+    raw = connection.connection
+    try:
+        with raw.pipeline():
+            raw.execute(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}", prepare=False)
+            raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}", prepare=False)
+    except Exception:
+        connection.needs_rollback = True
 
 
 def fetch_unflushed(connection: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -71,7 +72,22 @@ def _outcome(rows: list[tuple[Any, ...]]) -> ClaimOutcome:
     if not rows:
         return ClaimOutcome(False, None)
     won, recorded, *values = rows[0]
-    return ClaimOutcome(bool(won), row_from_tuple(values), bool(recorded))
+    return ClaimOutcome(bool(won), row_from_tuple(values, won=bool(won)), bool(recorded))
+
+
+#: Set while the backend's writes run each in a savepoint of its own (``savepoint``).
+_in_savepoint: ContextVar[bool] = ContextVar("celery_idem_in_savepoint", default=False)
+
+
+class _InSavepoint:
+    """``PostgreSQLBackend.savepoint``: the writes in it are each sent with their
+    savepoint, in one round trip (``pipeline.fetch_together``)."""
+
+    def __enter__(self) -> None:
+        self.token = _in_savepoint.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _in_savepoint.reset(self.token)
 
 
 class PostgreSQLBackend(Backend):
@@ -104,10 +120,18 @@ class PostgreSQLBackend(Backend):
 
     @staticmethod
     def _run(connection: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        guarded = _in_savepoint.get() and connection.in_atomic_block
+        if guarded or pipeline.begins(connection):
+            # An atomic body's claim with its BEGIN; an intent in the caller's
+            # transaction with its savepoint: one round trip each.
+            return pipeline.fetch_together(connection, sql, params, savepoint=guarded)
         # Prepared only where the settings ask for it (backends.prepared).
-        with prepared.cursor(connection) as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
+        return prepared.fetch(connection, sql, params)
+
+    def savepoint(self) -> AbstractContextManager[Any]:
+        # Where pipelines are missing (psycopg 2, an old libpq): Django's, two round trips
+        # more around the write.
+        return _InSavepoint() if pipeline.supported() else super().savepoint()
 
     def _write(self, sql: str, params: dict[str, Any], *,
                flush: bool = False) -> list[tuple[Any, ...]]:
@@ -159,7 +183,7 @@ class PostgreSQLBackend(Backend):
             "to_state": move.target.value, "event": move.event, "from_state": None,
             "now": now,
         }, flush=True)  # as ``_insert``: the messages are about to leave
-        return {(namespace, key): ClaimOutcome(bool(won), row_from_tuple(row))
+        return {(namespace, key): ClaimOutcome(bool(won), row_from_tuple(row, won=bool(won)))
                 for won, _, namespace, key, *row in rows}
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,

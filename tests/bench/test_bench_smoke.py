@@ -10,10 +10,13 @@ after.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.conf import settings
 
 from bench.suites import SUITES
+from bench.suites.counts import PATHS as COUNTED
 from tests.conftest import IN_CI
 
 from .runner import bench, run
@@ -43,11 +46,14 @@ def test_end_to_end(bench_env, tmp_path):
     ``floor-split-hot``: the library's statements in raw SQL on candidate layouts of the
     job row, bench/lib/layouts_sql.py; ``*-broker``: CELERY_IDEM_DURABILITY = "broker", no
     intent written at publish; ``floor-intent``, ``pub-floor``: the floor's intent written
-    at publish); on RabbitMQ the raw app and the fixup's policy (a session per task); the
-    report renders from the results file."""
+    at publish; ``django-real``, ``idem-real``: the realistic body, its overheads against
+    its own plain twin, and every run's latency one task at a time); on RabbitMQ the raw
+    app and the fixup's policy (a session per task); the report renders from the results
+    file."""
     variants = ("raw,django,once,floor,floor-django,floor-intent,idem,idem-broker,atomic,"
                 "replay,replay-sent,pub-plain,pub-idem,pub-async,pub-broker,pub-floor,"
-                "floor-bare,floor-bare-broker,floor-wide,floor-split,floor-split-hot")
+                "floor-bare,floor-bare-broker,floor-wide,floor-split,floor-split-hot,"
+                "django-real,idem-real")
     if not _once_available():
         variants = variants.replace("once,", "")
     data = run(bench_env, tmp_path, "end-to-end", "--n", "8", "--rounds", "1",
@@ -69,6 +75,9 @@ def test_end_to_end(bench_env, tmp_path):
     assert (idem["wal_bytes_per_task"] or idem["wal_bytes_per_task_cluster"]) > 0
     # the "keep" policy: the Django workers opened no session per task
     assert idem["pg_sessions_per_task"] < 1
+    real = data["summary"]["redis"]["idem-real"]
+    assert real["median_latency_ms"] > 0 and real["median_overhead_cpu_us"] is not None
+    assert data["summary"]["redis"]["django-real"]["overhead_cpu_us"] == []  # its own twin
     data = run(bench_env, tmp_path, "end-to-end", "--n", "8", "--rounds", "1",
                "--broker", "rabbitmq", "--variants", "raw,django:celery")
     assert data["summary"]["rabbitmq"]["django:celery"]["median_ratio_to_raw"] > 0
@@ -146,6 +155,22 @@ def test_broker_loss(bench_env, tmp_path):
     assert data["summary"]["celery_idem"] == {"sent": 50, "lost": 0}
     assert data["summary"]["kombu"]["sent"] == 50
 
+
+
+def test_counts(bench_env, tmp_path):
+    """Every path counted on PostgreSQL, and under callgrind its instructions against its
+    plain twin and the floor of its own statements; the table printed (its figures are
+    pinned by tests/db/test_counts.py)."""
+    out = tmp_path / "counts.json"
+    printed = bench(bench_env, "run", "counts", "--n", "2", "--out", str(out),
+                    "--", "--instructions-n", "3", timeout=600)
+    data = json.loads(out.read_text())
+    paths = data["stacks"]["postgres"]["paths"]
+    assert set(paths) == set(COUNTED)
+    assert paths["task"]["commits"] > paths["task, plain"]["commits"]
+    assert paths["task"]["extra_instructions"] > 0 and paths["task"]["floor_instructions"] > 0
+    assert "own_instructions" in paths["publish"]
+    assert "task, atomic=True" in printed and "instr/op" in printed
 
 
 def test_the_baselines_table_and_figure(bench_env, tmp_path):

@@ -73,3 +73,15 @@ def test_cpu_on_a_stack(stack_env, tmp_path):
     assert data["settings"]["database"] == stack
     assert all(m["cpu_us"] > 0 for m in data["median"].values())
     assert set(data["ratios"]) == {"publish", "task"}
+
+
+def test_counts_on_a_stack(stack_env, tmp_path):
+    """The counts on that stack (no callgrind pass: the PostgreSQL smoke test runs it),
+    and SQLite's beside it, in one run."""
+    stack, env = stack_env
+    data = run(env, tmp_path, "counts", "--stack", stack, "--n", "2",
+               "--", "--stacks", f"{stack},sqlite", "--no-instructions", timeout=300)
+    assert set(data["stacks"]) == {stack, "sqlite"}
+    for counted in data["stacks"].values():
+        assert counted["paths"]["task"]["commits"] == 3
+        assert counted["paths"]["publish, plain"]["statements"] == 0

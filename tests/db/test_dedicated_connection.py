@@ -135,6 +135,22 @@ postgres_only = pytest.mark.skipif(not on_postgres,
                                    reason="the dedicated connection is PostgreSQL's")
 
 
+@postgres_only
+def test_the_outbox_marks_its_message_sent_without_waiting_for_the_flush(commit_modes):
+    """Published inside ``atomic()``: the intent commits with the caller's transaction
+    and the server's durability; the mark that its message left comes after, on the
+    bookkeeping connection, unflushed (a lost mark re-sends a message the key answers)."""
+    from django.db import transaction
+
+    server = _synchronous_commit(connections["default"])
+    assert server != "off", "this test needs a server that flushes by default"
+    with transaction.atomic():
+        ship_order.delay(9)
+    job = Job.objects.get(key="ship/9")
+    assert job.sent_at is not None
+    assert commit_modes() == [("PENDING", server), ("PENDING", "off")]
+
+
 def _in_thread(fn):
     """Run ``fn`` in a new thread and return its result (or raise its exception)."""
     out: dict = {}

@@ -51,3 +51,50 @@ def test_the_query_log_sees_every_statement_on_the_kept_cursor():
         assert [_one(connection, n) for n in (5, 6)] == [5, 6]
     # Bound server-side: the log shows the placeholder, once per statement.
     assert [q["sql"] for q in log.captured_queries] == ["SELECT $1::int"] * 2
+
+
+def _fetch(conn, value) -> list:
+    return prepared.fetch(conn, "SELECT %(v)s::int", {"v": value})
+
+
+@pytest.mark.parametrize("which", ["django", "bookkeeping"])
+def test_unobserved_statements_skip_djangos_wrapper_and_keep_its_errors(which, monkeypatch):
+    """``fetch``: once the cursor is kept, a statement nobody observes runs on it without
+    Django's wrapper; a database error is still Django's; a statement an execute wrapper
+    or the query log would see goes through the wrapper (and is seen); so does the first
+    one after a reconnect (a new kept cursor) or a change of the settings it was made
+    for, and the next one is unwrapped again."""
+    from django.db import DataError
+    from django.test import override_settings
+
+    conn = connection if which == "django" else bookkeeping.bookkeeping_connection("default")
+    made = []
+    real = conn._prepare_cursor
+    monkeypatch.setattr(conn, "_prepare_cursor", lambda c: made.append(c) or real(c))
+
+    def wrapped(value) -> bool:
+        """Whether Django wrapped the statement that fetched ``value``."""
+        before = len(made)
+        assert _fetch(conn, value) == [(value,)]
+        return len(made) > before
+
+    try:
+        assert wrapped(1)  # the kept cursor made, through the wrapper
+        assert not wrapped(2)
+        with pytest.raises(DataError):
+            prepared.fetch(conn, "SELECT %(v)s::int", {"v": "not a number"})
+        seen = []
+        with conn.execute_wrapper(lambda execute, sql, *rest: seen.append(sql)
+                                  or execute(sql, *rest)):
+            assert wrapped(3)
+        with CaptureQueriesContext(conn) as log:
+            assert wrapped(4)
+        assert (len(seen), len(log.captured_queries)) == (1, 1)
+        with override_settings(CELERY_IDEM_PREPARED_STATEMENTS=True):
+            assert wrapped(5)
+        assert wrapped(6) and not wrapped(7)  # the setting back as it was
+        conn.close()
+        assert wrapped(8) and not wrapped(9)
+    finally:
+        if which == "bookkeeping":
+            bookkeeping.release_bookkeeping()

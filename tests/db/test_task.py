@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from celery import shared_task
+from celery import Task, shared_task
 from celery.exceptions import Ignore
 
 from celery_idem import IdempotentTask, InProgress, KeyMismatch, StoredFailure
@@ -236,3 +236,44 @@ class TestLeaseAndPersistence:
         assert isinstance(outcome.result, PersistenceError)
         assert isinstance(outcome.result.__cause__, OperationalError)
         assert not Effect.objects.filter(key="ship/6").exists()
+
+
+@shared_task(base=IdempotentTask, bind=True, idempotency_key="view/{n}",
+             name="tests.request_view")
+def request_view(self, n):
+    return [len(self.request_stack.stack), self.request.id, self.attempt]
+
+
+class _Later(Task):
+    """A base whose own __call__ comes after IdempotentTask's in the class order."""
+
+    calls: list[str] = []
+
+    def __call__(self, *args, **kwargs):
+        _Later.calls.append(self.request.id)
+        return super().__call__(*args, **kwargs)
+
+
+class _Mixed(IdempotentTask, _Later):
+    pass
+
+
+@shared_task(base=_Mixed, bind=True, idempotency_key="mixed/{n}", name="tests.mixed_call")
+def mixed_call(self, n):
+    return [len(self.request_stack.stack), self.attempt]
+
+
+def test_the_body_runs_under_the_messages_own_request():
+    """As a plain Celery task's: no second request is pushed for the body (Celery's
+    Task.__call__ would push a copy), so it sees the message's own, with its claim."""
+    result = run(request_view, 1)
+    assert result.get() == [1, result.id, 1]
+
+
+def test_a_base_defining_call_after_idempotent_task_still_runs():
+    """A __call__ that comes after IdempotentTask's in the class order is called (and
+    Celery's Task.__call__ behind it pushes its request for the body)."""
+    _Later.calls.clear()
+    result = run(mixed_call, 2)
+    assert result.get() == [2, 1]
+    assert _Later.calls == [result.id]
