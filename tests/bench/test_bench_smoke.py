@@ -57,7 +57,7 @@ def test_end_to_end(bench_env, tmp_path):
     if not _once_available():
         variants = variants.replace("once,", "")
     data = run(bench_env, tmp_path, "end-to-end", "--n", "8", "--rounds", "1",
-               "--broker", "redis", "--variants", variants, timeout=180)
+               "--broker", "redis", "--variants", variants, timeout=600)
     assert all(r["exactly_once"] for r in data["runs"])
     assert set(data["summary"]["redis"]) == set(variants.split(","))
     idem = next(r for r in data["runs"] if r["variant"] == "idem")
