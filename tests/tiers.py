@@ -147,7 +147,10 @@ TIERS = [
          "IdempotentTask as every task's base, once per key kind, compared per test "
          "against tests/compat/allowed.toml (its quick tests; all of them with --full)",
          ("tests/compat",), {**POSTGRES, "IDEM_BROKER": f"{REDIS}/12",
-                             "IDEM_RESULTS": f"{REDIS}/13"}, ("postgres", "redis")),
+                             "IDEM_RESULTS": f"{REDIS}/13"}, ("postgres", "redis"),
+         # Beside the first lane, which is the longer without it (about 31 minutes to 25
+         # in a run of every tier one at a time on a 2-core machine).
+         beside=True),
     Tier("wheel", "the sdist and wheel built and checked, the wheel installed with its "
          "extras into a fresh virtualenv, a project outside the checkout set up as the "
          "README says on PostgreSQL, behind PgBouncer and on MariaDB: duplicates, a replay "

@@ -91,8 +91,9 @@ def _two_concurrent_passes(sent):
         t.start()
     for t in threads:
         t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a pass still runs after 120 s"
     assert errors == []
-    assert sum(r.total("released") for r in reports) == 120
+    assert sum(r.total("released") for r in reports) == 120, [r.as_dict() for r in reports]
     assert len(sent) == 120 and len({key for key, _ in sent}) == 120
     assert Transition.objects.filter(event="released").count() == 120
 
