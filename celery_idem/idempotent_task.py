@@ -23,7 +23,7 @@ from .backends import Intent
 from .conf import settings
 from .declaration import declare
 from .errors import ConfigurationError, ReservedAttribute
-from .keys import KeySpec, body_signature, carry_key
+from .keys import KeySpec, body_signature, carry_key, no_key_per_item
 from .producer import build_intent, send, write_eager_intent
 
 #: Celery's built-in tasks that call a task's body directly, once per item.
@@ -237,6 +237,25 @@ class IdempotentTask(DjangoTask):
     def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> None:
         """``apply_async`` whose message leaves on commit; see ``delay_on_commit``."""
         self.apply_async(*args, **kwargs)
+
+    # Celery's builtins call the body once per item in their own process, where each item
+    # claims the key its arguments make (__call__ below): a PER_CALL task has none to give,
+    # so the signature is refused when it is made, not when the worker runs it.
+    def map(self, it: Any) -> Any:
+        self._refuse_items_without_a_key("map")
+        return super().map(it)
+
+    def starmap(self, it: Any) -> Any:
+        self._refuse_items_without_a_key("starmap")
+        return super().starmap(it)
+
+    def chunks(self, it: Any, n: int) -> Any:
+        self._refuse_items_without_a_key("chunks")
+        return super().chunks(it, n)
+
+    def _refuse_items_without_a_key(self, builtin: str) -> None:
+        if self.key_spec().per_call:
+            raise no_key_per_item(self.name, builtin)
 
     def replace(self, sig: Any) -> Any:
         """Celery's ``replace``; the key's outcome becomes the replacement's (see

@@ -75,6 +75,16 @@ def missing_key(task_name: str) -> MissingKey:
     )
 
 
+def no_key_per_item(task_name: str, builtin: str) -> MissingKey:
+    """The error of Celery's ``map``/``starmap``/``chunks`` over a ``PER_CALL`` task: the
+    builtin calls the body once per item, and no caller is there to give an item its key."""
+    return MissingKey(
+        f"task {task_name} takes its idempotency key per call, and its {builtin}() would "
+        "call it once per item with no key of its own: publish the items as a group, "
+        "each with apply_async(..., idempotency_key=...), or declare a key the arguments "
+        "make (a template, a callable or ALL_ARGUMENTS)")
+
+
 class KeySpec:
     """A task's key declaration, checked against the signature of its body."""
 

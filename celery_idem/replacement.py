@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery.canvas import _chain
 from celery.exceptions import Ignore
 from django.db import transaction
 
@@ -55,6 +56,11 @@ def replacement(task: Any, sig: Any) -> Any:
     claim = _claim(task)
     if claim is None:
         return sig  # eager (Celery runs sig in place) or not claimed
+    if isinstance(sig, _chain) and not sig.tasks:
+        # Celery refuses an empty chain (ImproperlyConfigured), and the body fails with
+        # that; with the last step added it would not be empty, and would fail on the
+        # worker for want of the result the step passes on.
+        return sig
     if REPLACED_TASK not in task.app.tasks:
         # Sent anyway, the step would be refused as unregistered and the key would wait
         # for it for ever: fail now (the body's claim fails with this error).

@@ -13,7 +13,8 @@ becomes a subclass of the app's ``Task``, i.e. of ``CompatTask`` below. The key 
 the README recommends them:
 
 - ``per_call``: ``PER_CALL``; each publish of the test itself (the pytest process's main
-  thread, outside any body: ``apply_async`` and ``app.send_task``) gets a fresh key, as a
+  thread or its executor's threads, outside any body: ``apply_async`` and
+  ``app.send_task``) gets a fresh key, as a
   caller passing ``idempotency_key=`` (or the ``celery_idem_key`` header) would. Whatever
   Celery publishes elsewhere (a worker, the result backend) gets no help here: that is the
   extension's job.
@@ -60,8 +61,12 @@ def template_for(run: Any) -> str | None:
 
 
 def _top_level() -> bool:
-    """A publish by the test itself: not by the worker's threads or pool processes."""
-    return os.getpid() == _PYTEST_PID and threading.current_thread() is threading.main_thread()
+    """A publish by the test itself (its main thread, or the threads of an executor it
+    started: test_concurrent_apply_async_with_timeout publishes from twenty), not by the
+    worker's threads or pool processes."""
+    thread = threading.current_thread()
+    return os.getpid() == _PYTEST_PID and (
+        thread is threading.main_thread() or thread.name.startswith("ThreadPoolExecutor-"))
 
 
 def _wants_a_key(task: Any) -> bool:

@@ -104,6 +104,20 @@ class TestOtherSources:
             task.intent((5,))
         assert task.intent((5,), key="manual-5").key == "manual-5"
 
+    @pytest.mark.parametrize("builtin", ["map", "starmap", "chunks"])
+    def test_per_call_items_of_a_builtin_map_are_refused_when_the_signature_is_made(
+            self, builtin):
+        """Celery's map, starmap and chunks call the body once per item, with no key to
+        give it: refused when the signature is made, naming the ways out; a task whose
+        arguments make its key gets its signature."""
+        items = {"map": ([5],), "starmap": ([(5,)],), "chunks": ([(5,)], 1)}[builtin]
+        per_call = make_task(ship, name=f"t.per-{builtin}", idempotency_key=PER_CALL)
+        with pytest.raises(MissingKey, match=rf"its {builtin}\(\) would call it once per "
+                                             r"item.*group.*ALL_ARGUMENTS"):
+            getattr(per_call, builtin)(*items)
+        keyed = make_task(ship, name=f"t.keyed-{builtin}", idempotency_key="ship/{order_id}")
+        assert getattr(keyed, builtin)(*items).task.startswith("celery.")
+
     def test_a_task_that_declares_no_key_is_a_configuration_error(self):
         """Saying nothing is an error at registration, not a silent default."""
         with pytest.raises(ConfigurationError, match="declares no idempotency_key"):
