@@ -22,7 +22,7 @@ from . import pools, replacement, runner, steps
 from .backends import Intent
 from .conf import settings
 from .declaration import declare
-from .errors import ConfigurationError, ReservedAttribute
+from .errors import ArgumentsNotJSON, ConfigurationError, InvalidKey, ReservedAttribute
 from .keys import KeySpec, body_signature, carry_key, no_key_per_item
 from .producer import build_intent, send, write_eager_intent
 
@@ -286,14 +286,26 @@ class IdempotentTask(DjangoTask):
                 return runner.run(self, args, kwargs, body)
             finally:
                 self.pop_request()
-        # A plain function call (e.g. a unit test of the body): no claim, no commit,
-        # but the body still sees the key it would run under.
-        spec = self.key_spec()
-        self.push_request(idempotency_key=None if spec.per_call else self.intent(args, kwargs).key)
+        # A plain function call (a unit test of the body; Celery calling a link_error
+        # errback in the failing task's worker): no claim, no commit, but the body still
+        # sees the key it would run under.
+        self.push_request(idempotency_key=self._direct_key(args, kwargs))
         try:
             return body(*args, **kwargs)
         finally:
             self.pop_request()
+
+    def _direct_key(self, args: Any, kwargs: Any) -> str | None:
+        """The key a direct call's arguments make; None for a ``PER_CALL`` task, and where
+        they make none (not JSON, or not what the template names): such a call claims
+        nothing, so it runs as the plain function Celery calls, whose arguments are only
+        refused where they would be stored, at a publish."""
+        if self.key_spec().per_call:
+            return None
+        try:
+            return self.intent(args, kwargs).key
+        except (ArgumentsNotJSON, InvalidKey):
+            return None
 
 
 #: Per task class, what ``_calls_run`` found.

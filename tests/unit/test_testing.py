@@ -6,12 +6,14 @@ import pytest
 from celery import shared_task
 
 from celery_idem import IdempotentTask, StoredFailure
+from celery_idem.errors import ArgumentsNotJSON
 from celery_idem.testing import InMemoryBackend, use_backend
 
 
 @shared_task(base=IdempotentTask, bind=True, idempotency_key="mem/{n}", name="tests.mem")
 def remember(self, n):
     calls.append((n, self.attempt))
+    seen_keys.append(self.request.idempotency_key)
     return {"n": n, "attempt": self.attempt}
 
 
@@ -22,6 +24,7 @@ def refuse(self, n):
 
 
 calls: list[tuple[int, int]] = []
+seen_keys: list[str | None] = []
 
 
 @pytest.fixture(autouse=True)
@@ -85,3 +88,18 @@ def test_calling_the_function_directly_bypasses_idempotency():
         assert remember(9) == remember(9) == {"n": 9, "attempt": None}
         assert store.jobs == {}
     assert calls == [(9, None), (9, None)]
+
+
+def test_a_direct_call_whose_arguments_make_no_key_runs_without_one():
+    """Celery calls a ``link_error`` errback's task directly in the failing task's worker,
+    with whatever arguments its signature holds: a direct call claims nothing, so
+    arguments that could not be stored (bytes) run the body, which sees no key; a publish
+    of them is still refused."""
+    with use_backend(InMemoryBackend()) as store:
+        assert remember(b"raw") == {"n": b"raw", "attempt": None}
+        assert seen_keys[-1] is None
+        remember(9)
+        assert seen_keys[-1] == "mem/9"
+        with pytest.raises(ArgumentsNotJSON):
+            remember.delay(b"raw")
+        assert store.jobs == {}
