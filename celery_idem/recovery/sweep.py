@@ -294,10 +294,31 @@ def reap(*, now: datetime | None = None, using: str | None = None,
     return report
 
 
+#: Walks of one sweep at most: another from the start after a walk that acted.
+WALKS = 3
+
+
 def _sweep(run: Pass, sweep: Sweep, limit: int,
            handle: Callable[[Job, Batch], None]) -> None:
-    """Walk the rows of ``sweep`` in its index's order, one locked batch at a time."""
+    """Walk the rows of ``sweep`` in its index's order, one locked batch at a time; then
+    again from the start while a walk moved or sent something (at most ``WALKS``).
+
+    A batch skips the rows a concurrent pass holds, and the walk's keyset moves past
+    them: on PostgreSQL that pass returned them and handles them, but InnoDB locks every
+    row a locking read reads (a sort over the matching rows reads them all), so a row
+    both passes read and neither returned is passed over by both walks, and found by the
+    next from the start."""
+    for _ in range(WALKS):
+        if not _walk(run, sweep, limit, handle):
+            return
+
+
+def _walk(run: Pass, sweep: Sweep, limit: int,
+          handle: Callable[[Job, Batch], None]) -> bool:
+    """One walk of ``sweep`` from its start; whether it moved or sent anything (a row it
+    only skipped stays where it is, and another walk would skip it again)."""
     after = Q()
+    acted = False
     while True:
         batch = Batch()
         with run.backend.locked_batch(sweep.condition & after, limit, sweep.order) as jobs:
@@ -306,6 +327,9 @@ def _sweep(run: Pass, sweep: Sweep, limit: int,
             run.apply(batch)
         for job, task_id in batch.sends:  # committed: the messages may leave now
             run.send(job, task_id)
-        if len(jobs) < limit or (run.broker_down is not None and handle == run.lost_message):
-            return
+        acted = acted or bool(batch.moves or batch.sends)
+        if run.broker_down is not None and handle == run.lost_message:
+            return False  # nothing more can be sent: the next pass sends them
+        if len(jobs) < limit:
+            return acted
         after = sweep.after(jobs[-1])
