@@ -14,10 +14,9 @@ the README recommends them:
 
 - ``per_call``: ``PER_CALL``; each publish of the test itself (the pytest process's main
   thread or its executor's threads, outside any body: ``apply_async`` and
-  ``app.send_task``) gets a fresh key, as a
-  caller passing ``idempotency_key=`` (or the ``celery_idem_key`` header) would. Whatever
-  Celery publishes elsewhere (a worker, the result backend) gets no help here: that is the
-  extension's job.
+  ``app.send_task``) gets a fresh key, as a caller passing ``idempotency_key=`` (or the
+  ``celery_idem_key`` header) would. Whatever Celery publishes elsewhere (a worker, the
+  result backend) gets no help here: that is the extension's job.
 - ``template``: a template over the task's named parameters (``"{x}/{y}"``); a task with
   none (only ``*args``/``**kwargs``, or no parameters) is ``PER_CALL`` as above, which is
   what the extension's error for a template naming nothing tells a user to do.
