@@ -43,13 +43,17 @@ def worker_id(hostname: str | None, pid: int) -> str:
 
 
 def describe_error(exc: BaseException) -> dict[str, Any]:
-    """The JSON record of an exception that the job row stores and the admin shows."""
-    return {
+    """The JSON record of an exception that the job row stores and the admin shows; its
+    arguments too where they are plain JSON values, for a replay to raise them again."""
+    record: dict[str, Any] = {
         "type": type(exc).__name__,
         "module": type(exc).__module__,
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(exc)),
     }
+    if all(arg is None or isinstance(arg, (str, int, float, bool)) for arg in exc.args):
+        record["args"] = list(exc.args)
+    return record
 
 
 @dataclass

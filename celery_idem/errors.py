@@ -6,6 +6,7 @@ This module imports nothing from Django or Celery so that it is safe to import a
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
@@ -91,19 +92,75 @@ class InvalidStep(IdempotencyError, ValueError):
 
 
 class StoredFailure(IdempotencyError):
-    """The key already failed; this is the stored failure, replayed."""
+    """The key already failed; this is the stored failure, replayed.
+
+    ``from_record`` raises it as the body's own exception class as well, where that class
+    is already imported in this process: a duplicate's ``except ValueError`` then catches
+    what the first call's did, and Celery's result backend hands its caller the same type
+    and arguments as the first caller's ``AsyncResult.get()`` raised."""
 
     def __init__(self, message: str = "", error: dict[str, Any] | None = None) -> None:
         error = error or {}
         self.exc_type: str = error.get("type", "")
         self.exc_message: str = error.get("message", "")
         self.stored_traceback: str = error.get("traceback", "")
-        super().__init__(message or f"{self.exc_type}: {self.exc_message}")
+        Exception.__init__(self, message or f"{self.exc_type}: {self.exc_message}")
+        self.details: dict[str, Any] = {}
 
     @classmethod
     def from_record(cls, error: dict[str, Any] | None) -> StoredFailure:
         error = error or {}
-        return cls(f"{error.get('type', 'Exception')}: {error.get('message', '')}", error)
+        original = _loaded_class(error)
+        if original is None or issubclass(original, StoredFailure):
+            return cls(f"{error.get('type', 'Exception')}: {error.get('message', '')}", error)
+        try:
+            exc = _replay_class(cls, original)(error.get("message", ""), error)
+        except (TypeError, ValueError):
+            # The two classes' layouts cannot be combined, or the original's __new__
+            # wants its own arguments (ExceptionGroup): the stored failure alone.
+            return cls(f"{error.get('type', 'Exception')}: {error.get('message', '')}", error)
+        stored_args = error.get("args")
+        exc.args = tuple(stored_args) if isinstance(stored_args, list) else (exc.exc_message,)
+        return exc
+
+
+#: Per (StoredFailure class, original class) the class a replay of it is raised as: one
+#: class each, so that two replays of the same failure are of the same type.
+_REPLAY_CLASSES: dict[tuple[type, type], type] = {}
+
+
+def _loaded_class(error: dict[str, Any]) -> type[Exception] | None:
+    """The stored error's exception class where its module is already imported (a stored
+    record never makes this process import anything), else None."""
+    module = sys.modules.get(str(error.get("module") or ""))
+    found = getattr(module, str(error.get("type") or ""), None) if module else None
+    if isinstance(found, type) and issubclass(found, Exception):
+        return found
+    return None
+
+
+def _replay_class(cls: type[StoredFailure], original: type[Exception]) -> type:
+    replay_class = _REPLAY_CLASSES.get((cls, original))
+    if replay_class is None:
+        replay_class = type(original.__name__, (cls, original), {
+            "__module__": original.__module__,
+            "__qualname__": original.__qualname__,
+            "__doc__": cls.__doc__,
+            # The original's own __str__ may read attributes its __init__ set, which a
+            # replay never ran: its text is the stored one.
+            "__str__": lambda self: self.exc_message,
+            # Pickled by reference, the class would resolve to the original one.
+            "__reduce__": lambda self: (_replayed, (cls, {
+                "type": original.__name__, "module": original.__module__,
+                "message": self.exc_message, "traceback": self.stored_traceback,
+                "args": list(self.args)})),
+        })
+        _REPLAY_CLASSES[(cls, original)] = replay_class
+    return replay_class
+
+
+def _replayed(cls: type[StoredFailure], error: dict[str, Any]) -> StoredFailure:
+    return cls.from_record(error)
 
 
 class LeaseLost(IdempotencyError):
