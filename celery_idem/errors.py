@@ -110,15 +110,16 @@ class StoredFailure(IdempotencyError):
     @classmethod
     def from_record(cls, error: dict[str, Any] | None) -> StoredFailure:
         error = error or {}
+        alone = f"{error.get('type', 'Exception')}: {error.get('message', '')}"
         original = _loaded_class(error)
         if original is None or issubclass(original, StoredFailure):
-            return cls(f"{error.get('type', 'Exception')}: {error.get('message', '')}", error)
+            return cls(alone, error)
         try:
             exc = _replay_class(cls, original)(error.get("message", ""), error)
         except (TypeError, ValueError):
             # The two classes' layouts cannot be combined, or the original's __new__
             # wants its own arguments (ExceptionGroup): the stored failure alone.
-            return cls(f"{error.get('type', 'Exception')}: {error.get('message', '')}", error)
+            return cls(alone, error)
         stored_args = error.get("args")
         exc.args = tuple(stored_args) if isinstance(stored_args, list) else (exc.exc_message,)
         return exc

@@ -58,18 +58,20 @@ class Allowed:
 
 
 def load_allowed(path: Path = ALLOWED) -> dict[tuple[str, str], Allowed]:
-    """The allow-list by (test, run); a malformed entry raises ValueError naming it."""
+    """The allow-list by (test, run); a malformed entry raises ValueError naming it. An
+    entry names one ``test``, or several ``tests`` that differ for one reason."""
     table: dict[tuple[str, str], Allowed] = {}
     for raw in tomllib.loads(path.read_text()).get("allowed", []):
-        entry = Allowed(raw["test"], tuple(raw["runs"]),
-                        raw.get("verdict", "difference"), raw["reason"].strip())
-        if entry.verdict not in VERDICTS or not entry.reason:
-            raise ValueError(f"{path}: {entry.test}: verdict must be one of {VERDICTS} "
-                             "and the reason must be given")
-        for run in entry.runs:
-            if (entry.test, run) in table:
-                raise ValueError(f"{path}: {entry.test} is listed twice for run {run}")
-            table[entry.test, run] = entry
+        for test in raw["tests"] if "tests" in raw else [raw["test"]]:
+            entry = Allowed(test, tuple(raw["runs"]), raw.get("verdict", "difference"),
+                            raw["reason"].strip())
+            if entry.verdict not in VERDICTS or not entry.reason:
+                raise ValueError(f"{path}: {entry.test}: verdict must be one of {VERDICTS} "
+                                 "and the reason must be given")
+            for run in entry.runs:
+                if (entry.test, run) in table:
+                    raise ValueError(f"{path}: {entry.test} is listed twice for run {run}")
+                table[entry.test, run] = entry
     return table
 
 

@@ -1,6 +1,6 @@
 """docs/explanation/celery-compatibility.md, generated from the compatibility tier's result file
-(tests/compat/results.json) and the allow-list's reasons (tests/compat/allowed.toml), so
-the page cannot drift from what the tier measured.
+of Celery's whole suite (tests/compat/results.json, from ``--full``) and the allow-list's
+reasons (tests/compat/allowed.toml), so the page cannot drift from what the tier measured.
 
 ``python tests/compat/report.py`` rewrites the page; tests/unit/test_compat_report.py
 checks that the committed page is what this makes of the committed result file.

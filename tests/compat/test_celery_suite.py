@@ -4,11 +4,10 @@ run's outcome per test the plain run's except where tests/compat/allowed.toml sa
 
 The result file (every run's outcome per test) is written to ``IDEM_COMPAT_RESULTS``
 (default ``celery-suite/results.json`` under ``IDEM_VAR_DIR``), beside each run's log and
-junit xml. docs/explanation/celery-compatibility.md is generated from tests/compat/results.json, a
-copy of it: ``IDEM_COMPAT_RESULTS=$PWD/tests/compat/results.json python3 tests/run.py
---tier celery-compat`` (with ``--full`` for every test), then
-``.venv/bin/python tests/compat/report.py``. tests/compat/results-full.json is the latest
-whole run (``--full``), kept while its differences are classified in allowed.toml.
+junit xml. docs/explanation/celery-compatibility.md is generated from
+tests/compat/results.json, the whole suite's result file (``--full``):
+``IDEM_COMPAT_RESULTS=$PWD/tests/compat/results.json python3 tests/run.py --tier
+celery-compat --full``, then ``.venv/bin/python tests/compat/report.py``.
 """
 
 from __future__ import annotations

@@ -106,5 +106,17 @@ def test_an_entry_without_a_reason_or_with_an_unknown_verdict_is_refused(allow_l
         allow_list(ALLOWED + ALLOWED)
 
 
+def test_one_entry_may_name_several_tests_for_one_reason(allow_list):
+    table = allow_list('''
+[[allowed]]
+tests = ["test_tasks::test_tasks::test_retry", "test_canvas::test_chord::test_parent_ids"]
+runs = ["template"]
+reason = "equal calls are one job"
+''')
+    assert sorted(table) == [("test_canvas::test_chord::test_parent_ids", "template"),
+                             ("test_tasks::test_tasks::test_retry", "template")]
+    assert {entry.reason for entry in table.values()} == {"equal calls are one job"}
+
+
 def test_the_committed_allow_list_loads():
     load_allowed()
