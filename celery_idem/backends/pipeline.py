@@ -22,18 +22,16 @@ with a stored routine (``routines``) needs neither: the routine sets it first th
 the same transaction, so the call is sent alone (a pipeline costs the client about three
 times a plain execute).
 
-**The first statement of a transaction and its BEGIN; a savepoint around a statement.**
-In ``atomic()`` psycopg begins the transaction itself before the first statement: it
-sends its BEGIN alone and waits for it, in pipeline mode too (it syncs after it:
-``BaseConnection._start_query``), so an atomic body's claim cost two round trips. And an
-intent in the caller's transaction has a savepoint of its own, which Django's
-``atomic()`` creates and releases in two round trips more. ``fetch_together`` queues
-psycopg's own BEGIN (its isolation level included) when psycopg is about to send one,
-with psycopg told for that moment not to, ``SAVEPOINT`` and ``RELEASE SAVEPOINT`` around
-the statement when asked, and the statement, before one Sync: one round trip, the
-statement's parameters still bound server-side (a prepared statement, when asked for,
-stays possible). A statement that fails makes the server skip the rest up to the Sync;
-the savepoint is then rolled back to, and the caller's transaction stays usable.
+**A savepoint around a statement.** An intent in the caller's transaction has a
+savepoint of its own, which Django's ``atomic()`` creates and releases in two round trips
+more. ``fetch_together`` queues ``SAVEPOINT`` and ``RELEASE SAVEPOINT`` around the
+statement before one Sync: one round trip, the statement's parameters still bound
+server-side (a prepared statement, when asked for, stays possible). A statement that
+fails makes the server skip the rest up to the Sync; the savepoint is then rolled back
+to, and the caller's transaction stays usable. (An atomic body's claim is not sent with
+the BEGIN psycopg sends alone before it: that saves a round trip but costs the client
+about 160,000 instructions of pipeline mode, and end to end it did not pay; see
+docs/decisions/2026-11-28-no-pipelined-begin.md.)
 """
 
 from __future__ import annotations
@@ -83,53 +81,24 @@ def execute_and_commit(connection: Any, sql: str, params: dict[str, Any]) -> Non
             cursor.cursor.execute("COMMIT", prepare=False)
 
 
-#: libpq's PQTRANS_IDLE: no transaction open, none in flight.
-_IDLE = 0
-
-
-def begins(connection: Any) -> bool:
-    """Whether psycopg would begin a transaction on ``connection`` (a DatabaseWrapper)
-    before its next statement: in ``atomic()``, nothing run in it yet."""
-    if not connection.in_atomic_block:
-        return False
-    raw = connection.connection
-    return (raw is not None and not raw.autocommit and _supported()
-            and raw.pgconn.transaction_status == _IDLE
-            and hasattr(raw, "_get_tx_start_command"))
-
-
 #: The savepoint ``fetch_together`` puts around a statement.
 SAVEPOINT = "celery_idem_write"
 
 
-def fetch_together(connection: Any, sql: str, params: dict[str, Any], *,
-                   savepoint: bool) -> list[tuple[Any, ...]]:
-    """Run ``sql`` on ``connection`` (in ``atomic()``) and return its rows, in one round
-    trip with the BEGIN psycopg is about to send (``begins``) and, with ``savepoint``,
-    inside a savepoint of its own."""
-    begin = begins(connection)
+def fetch_together(connection: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on ``connection`` (in the caller's ``atomic()``) inside a savepoint of
+    its own, and return its rows: the three statements in one round trip."""
     with connection.wrap_database_errors, prepared.cursor(connection) as cursor:
         raw = connection.connection
-        if begin:
-            command = raw._get_tx_start_command()
-            # For this pipeline only: psycopg would send its BEGIN alone, and wait.
-            raw._autocommit = True
         try:
             with raw.pipeline():
-                if begin:
-                    cursor.cursor.execute(command, prepare=False)
-                if savepoint:
-                    cursor.cursor.execute(f"SAVEPOINT {SAVEPOINT}", prepare=False)
+                cursor.cursor.execute(f"SAVEPOINT {SAVEPOINT}", prepare=False)
                 cursor.execute(sql, params)
-                if savepoint:  # on a cursor of its own: the statement's rows stay
-                    raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}", prepare=False)
+                # On a cursor of its own: the statement's rows stay.
+                raw.execute(f"RELEASE SAVEPOINT {SAVEPOINT}", prepare=False)
         except Exception:
-            if savepoint:
-                _roll_back_to_savepoint(connection)
+            _roll_back_to_savepoint(connection)
             raise
-        finally:
-            if begin:
-                raw._autocommit = False
         return list(cursor.fetchall())
 
 

@@ -120,11 +120,9 @@ class PostgreSQLBackend(Backend):
 
     @staticmethod
     def _run(connection: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        guarded = _in_savepoint.get() and connection.in_atomic_block
-        if guarded or pipeline.begins(connection):
-            # An atomic body's claim with its BEGIN; an intent in the caller's
-            # transaction with its savepoint: one round trip each.
-            return pipeline.fetch_together(connection, sql, params, savepoint=guarded)
+        if _in_savepoint.get() and connection.in_atomic_block:
+            # An intent in the caller's transaction with its savepoint: one round trip.
+            return pipeline.fetch_together(connection, sql, params)
         # Prepared only where the settings ask for it (backends.prepared).
         return prepared.fetch(connection, sql, params)
 

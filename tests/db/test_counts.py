@@ -32,7 +32,7 @@ PINNED = {
         "publish of a finished key": (1, 1, 0, 0),
         "task, plain": (1, 1, 1, 1),
         "task": (3, 3, 3, 1),
-        "task, atomic=True": (5, 3, 1, 1),  # BEGIN with the claim, COMMIT with the commit
+        "task, atomic=True": (5, 4, 1, 1),  # COMMIT with the commit
         "task, durability broker": (3, 3, 3, 1),
         "task, duplicate of a finished key": (1, 1, 0, 0),
     },
