@@ -104,6 +104,8 @@ class StoredFailure(IdempotencyError):
         self.exc_type: str = error.get("type", "")
         self.exc_message: str = error.get("message", "")
         self.stored_traceback: str = error.get("traceback", "")
+        # Not super().__init__: in a replay class (``_replay_class``) the next __init__
+        # is the body's own exception's, whose arguments are its own.
         Exception.__init__(self, message or f"{self.exc_type}: {self.exc_message}")
         self.details: dict[str, Any] = {}
 
