@@ -182,6 +182,19 @@ CHECKS: dict[str, CheckId] = {c.id.removeprefix("celery_idem."): c for c in [
             "Fix that (RabbitMQ: publisher confirms, persistent messages, durable or "
             "quorum queues), or set `CELERY_IDEM_DURABILITY = \"database\"` so that "
             "recovery can re-send a lost message."),
+    CheckId("celery_idem.W009", WARNING, "Optimistic atomic tasks",
+            "Tasks declared `atomic=\"optimistic\"`. What they give up against "
+            "`atomic=True`: a duplicate that arrives while the first copy runs runs its "
+            "body too (no claim to wait on), and its writes roll back; a body that raises "
+            "runs a second time under a claim, which records the failure; the body has no "
+            "`self.attempt` and no `step`, `heartbeat` or `replace`; the children it sends "
+            "have no parent link. Only the database effect is once per key: anything else "
+            "the body does (an HTTP call, an email) happens on every run. With "
+            "`CELERY_IDEM_DURABILITY = \"database\"` every message has a row already, so "
+            "they run as `atomic=True` and gain nothing; the message says which.",
+            "Keep it for short bodies whose duplicates are rare and whose only effect is "
+            "on the job database, and silence this with `SILENCED_SYSTEM_CHECKS = "
+            "[\"celery_idem.W009\"]`; otherwise declare `atomic=True`."),
     CheckId("celery_idem.W040", WARNING, "Recovery passes too far apart for liveness",
             "The recovery entry in `CELERY_BEAT_SCHEDULE` runs passes at least "
             "`CELERY_IDEM_WORKER_TIMEOUT` less one heartbeat apart: recovery never watches "

@@ -28,6 +28,7 @@ from django.utils.module_loading import import_string
 from . import durability
 from .check_ids import CHECKS
 from .conf import settings
+from .declaration import OPTIMISTIC
 from .errors import ConfigurationError
 from .recovery import liveness
 
@@ -62,6 +63,16 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
         from .djangotasks import discovery
 
         messages.extend(discovery.check(_celery_app()))
+    optimistic = sorted(t.name for t in tasks
+                        if isinstance(t, IdempotentTask) and t.atomic == OPTIMISTIC)
+    if optimistic:
+        messages.append(CHECKS["W009"](
+            f"atomic='optimistic' tasks ({', '.join(optimistic)}) "
+            + ("run their bodies before any claim: duplicates run too and roll back, a "
+               "failing body runs twice, only database effects are once"
+               if not _writes_intent() else
+               "run as atomic=True: CELERY_IDEM_DURABILITY is \"database\", so every "
+               "message has a row before its body runs")))
     atomic = sorted(t.name for t in tasks if isinstance(t, IdempotentTask) and t.atomic)
     if atomic and _job_database() not in (None, "default"):
         messages.append(CHECKS["E003"](
@@ -73,6 +84,13 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                  "CELERY_IDEM_DATABASE, or, if your DATABASE_ROUTERS send the body's models "
                  "to it, silence this with SILENCED_SYSTEM_CHECKS = ['celery_idem.E003']."))
     return messages
+
+
+def _writes_intent() -> bool:
+    try:
+        return durability.writes_intent()
+    except ConfigurationError:
+        return True  # an unknown value is E007's
 
 
 @checks.register(TAG)

@@ -223,6 +223,15 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
                           lease_seconds, intent.task_name)
 
 
+def commit_new(intent: Intent, claimant: Claimant, result: Any, *, using: str) -> bool:
+    """An optimistic atomic body's commit: the key's row inserted already SUCCEEDED with
+    ``result``, in the body's transaction. False when the key has a row: nothing was
+    written, and the caller rolls its transaction back."""
+    backend = get_backend(using)
+    with span("celery_idem.commit", intent.task_name, event="committed"), persistence():
+        return backend.commit_new(intent, claimant, result, timezone.now()).won
+
+
 def _claim(backend: Backend, intent: Intent, claimant: Claimant, insert_missing: bool,
            first: Next) -> ClaimOutcome:
     outcome = _step(backend, first, intent, claimant)

@@ -50,7 +50,9 @@ class IdempotentTask(DjangoTask):
     - ``idempotency_key``: a template over the task's parameters (``"ship/{order_id}"``),
       a callable taking the task's arguments, ``ALL_ARGUMENTS`` or ``PER_CALL``. Required.
     - ``idempotency_namespace``: keys are unique per namespace; default the task's name.
-    - ``atomic``: run claim, body and commit in one transaction on the job database.
+    - ``atomic``: run claim, body and commit in one transaction on the job database;
+      ``"optimistic"``: run the body first and commit with one insert of the finished row
+      where the key has none (no ``self.attempt``, ``step``, ``heartbeat`` or ``replace``).
     - ``atomic_database``: the alias an atomic body writes to. Needed (and must equal
       ``CELERY_IDEM_DATABASE``) when the job tables are not on ``"default"``: the
       transaction covers the job database only, so writes elsewhere would not roll back.
@@ -65,7 +67,7 @@ class IdempotentTask(DjangoTask):
 
     idempotency_key: ClassVar[Any] = None
     idempotency_namespace: ClassVar[str | None] = None
-    atomic: ClassVar[bool] = False
+    atomic: ClassVar[bool | str] = False
     atomic_database: ClassVar[str | None] = None
     on_in_progress: ClassVar[str] = "retry"
     on_stale_claim: ClassVar[str] = "redispatch"
@@ -137,9 +139,16 @@ class IdempotentTask(DjangoTask):
         """Extend this attempt's lease; raises ClaimLost if a newer attempt owns the key."""
         claim = getattr(self.request, "_idem_claim", None)
         if claim is None:
-            raise ConfigurationError("heartbeat() is only valid inside a running task body")
+            raise self._no_claim("heartbeat()")
         until: datetime = claim.heartbeat(seconds)
         return until
+
+    def _no_claim(self, what: str) -> ConfigurationError:
+        if getattr(self.request, "_idem_optimistic", False):
+            return ConfigurationError(
+                f"{self.name}: {what} needs a claim, and atomic='optimistic' runs the body "
+                "before any: declare atomic=True")
+        return ConfigurationError(f"{what} is only valid inside a running task body")
 
     def external_key(self, scope: str = "") -> str:
         """A key for an external API's own idempotency header, stable across attempts."""
@@ -158,7 +167,7 @@ class IdempotentTask(DjangoTask):
         claim = getattr(self.request, "_idem_claim", None)
         if claim is None:
             if not self.request.called_directly:
-                raise ConfigurationError("step() is only valid inside a running task body")
+                raise self._no_claim("step()")
             return steps.storable(name, fn(*args, **kwargs))
         return steps.run_step(claim, name, fn, args, kwargs)
 
@@ -260,6 +269,8 @@ class IdempotentTask(DjangoTask):
     def replace(self, sig: Any) -> Any:
         """Celery's ``replace``; the key's outcome becomes the replacement's (see
         celery_idem.replacement): the replaced body never runs again for this key."""
+        if getattr(self.request, "_idem_optimistic", False):
+            raise self._no_claim("replace()")
         return super().replace(replacement.replacement(self, sig))
 
     def on_replace(self, sig: Any) -> Any:

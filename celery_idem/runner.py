@@ -14,17 +14,20 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from celery.exceptions import Ignore, Reject, Retry
+from celery.exceptions import Ignore, Reject, Retry, SoftTimeLimitExceeded
 from celery.result import ResultBase
 from django.db import transaction
+from django.utils import timezone
 
 from . import claims, retries
-from .backends import ClaimOutcome, Intent, lost_connection
+from .backends import Claimant, ClaimOutcome, Intent, lost_connection
 from .by_name import refused_error
 from .children import header
 from .conf import settings
+from .declaration import OPTIMISTIC
 from .errors import (
     ClaimLost,
+    ConfigurationError,
     Expired,
     InProgress,
     IntentMissing,
@@ -152,12 +155,7 @@ class Run:
         except (ClaimLost, Replaced):
             raise
         except Retry as exc:
-            # The body's writes and the claim rolled back; record the attempt and the retry.
-            eta = retries.eta(exc)
-            sent = getattr(self.request, "_idem_sent_message", None)
-            arguments = retries.new_arguments(self.task, self.intent, self.args, self.kwargs,
-                                              exc)
-            self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry", sent, arguments))
+            self.record_retry(exc)
             raise
         except (Ignore, Reject):
             raise  # rolled back to PENDING, which is where a released claim goes
@@ -170,6 +168,67 @@ class Run:
             self.record_rolled_back(lambda c: c.fail(error))
             raise
         return self.not_claimed(outcome)
+
+    # -- optimistic atomic mode ----------------------------------------------------------
+
+    def optimistic(self) -> Any:
+        """``atomic="optimistic"``: a first delivery whose key has no row runs its body
+        with no claim, and the body's transaction ends with one insert of the key's row
+        already SUCCEEDED (``committed``). Whatever else happens rolls the body back and
+        runs the message as ``atomic=True`` does (claim, body, commit), where it is
+        replayed, waits or runs again: the key has a row (a duplicate that lost the
+        insert, a retry, an intent), the body raised, its result is not JSON."""
+        if not self.first_delivery_without_row():
+            return self.atomic()
+        using = atomic_alias(self.task)
+        claimant = self.claimant()
+        self.request._idem_optimistic = True
+        try:
+            with job_transaction(using) as commit:
+                result = self.body(*self.args, **self.kwargs)
+                stored = storable(result)
+                commit.started = True  # what fails from here is the database
+                if claims.commit_new(self.intent, claimant, stored, using=using):
+                    return result
+                raise _RowExists  # rolls the body's writes back
+        except (_RowExists, ResultNotJSON):
+            pass
+        except Retry as exc:
+            self.record_retry(exc)  # Celery sent the retry's message already
+            raise
+        except (Ignore, Reject, ConfigurationError):
+            raise  # nothing was written: the transaction rolled back
+        except PersistenceError as exc:
+            return self.wait(exc)  # the commit may have landed: the next delivery claims
+        except SoftTimeLimitExceeded as exc:
+            # Its time is up: recorded as atomic=True records a failure, not run again.
+            error = exc
+            self.record_rolled_back(lambda c: c.fail(error))
+            raise
+        except Exception:
+            pass  # run again under a claim, which records a failure or replays a winner
+        finally:
+            self.request._idem_optimistic = False
+        return self.atomic()
+
+    def first_delivery_without_row(self) -> bool:
+        """Whether this message most likely finds no row for its key: none was written
+        for it (broker durability) and it is neither a retry nor a duplicate that waited."""
+        return (self.unwritten and not self.request.retries
+                and header(self.request, WAITS_HEADER) is None)
+
+    def claimant(self) -> Claimant:
+        """This attempt as the row's claimant: an optimistic commit holds no lease."""
+        now = timezone.now()
+        return Claimant(self.worker, self.request.id, now, now)
+
+    def record_retry(self, exc: Retry) -> None:
+        """After an atomic body called ``self.retry()`` and rolled back: claim again and
+        record the attempt and the retry (its message left already)."""
+        eta = retries.eta(exc)
+        sent = getattr(self.request, "_idem_sent_message", None)
+        arguments = retries.new_arguments(self.task, self.intent, self.args, self.kwargs, exc)
+        self.record_rolled_back(lambda c: c.schedule_retry(eta, "retry", sent, arguments))
 
     def hand_back(self, claim: claims.Claim | None, exc: BaseException) -> Any:
         from .recovery.handback import hand_back_lost  # the connection was lost: see there
@@ -278,7 +337,13 @@ def run(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], body: Body) ->
     if request.is_eager and task.key_spec().per_call and header(request, KEY_HEADER) is None:
         return body(*args, **kwargs)  # apply() without a key: a plain call (task.apply)
     message = Run(task, args, kwargs, body)
+    if task.atomic == OPTIMISTIC:
+        return message.optimistic()
     return message.atomic() if task.atomic else message.plain()
+
+
+class _RowExists(Exception):
+    """Raised inside an optimistic body's transaction whose key has a row: rolls it back."""
 
 
 def storable(result: Any) -> Any:

@@ -146,6 +146,11 @@ MOVES: dict[str, Move] = {m.event: m for m in [
     # A worker won the claim; from None when the producer's intent is missing.
     _m("claimed", {P, None}, R, Guard.SAME_ARGUMENTS | Guard.CLAIMABLE,
        CLAIM_COLUMNS | INTENT_COLUMNS, _("claimed"), recorded=False),
+    # An optimistic atomic body's commit (``atomic="optimistic"``): the body ran with no
+    # claim, and its last statement inserts the key's row already finished, attempt 1,
+    # unless the key has a row (then its transaction rolls back: ``runner.Run.optimistic``).
+    _m("committed", {None}, S, _NONE, CLAIM_COLUMNS | INTENT_COLUMNS | _ENDS | {"result"},
+       _("succeeded without a claim"), recorded=False),
     _m("taken_over", {R}, R, Guard.SAME_ARGUMENTS | Guard.CLAIMABLE | Guard.LEASE_EXPIRED,
        CLAIM_COLUMNS, _("taken over"), ends_attempt=True),
     _m("heartbeat", {R}, R, _FENCED, {"lease_expires_at"}, _("lease extended"),

@@ -130,6 +130,20 @@ class Backend(ABC):
                      claimant.worker, claimant.task_id, reason, task_name=intent.task_name)
         return outcome
 
+    def commit_new(self, intent: Intent, claimant: Claimant, result: Any,
+                   finished_at: datetime) -> ClaimOutcome:
+        """Insert the key's row already SUCCEEDED with ``result`` (attempt 1, claimed by
+        ``claimant``, whose ``now`` is when the body started): an optimistic atomic body's
+        last write. Unless the key exists: then the existing row comes back, not won, and
+        the caller's transaction must roll back."""
+        outcome = self._insert(states.move("committed"), intent, claimant.now,
+                               task_id=claimant.task_id, claimant=claimant,
+                               ended={"result": result, "finished_at": finished_at})
+        if outcome.won and outcome.row is not None:
+            announce(self.alias, outcome.row.id, "committed", None, State.SUCCEEDED, 1,
+                     claimant.worker, claimant.task_id, task_name=intent.task_name)
+        return outcome
+
     def apply(self, change: Change, now: datetime, *, final: bool = False) -> bool:
         """Make ``change`` if its row still matches the move's guard; append its history
         line. Returns whether the row matched (False: it lost a race). ``final``: the
@@ -185,9 +199,11 @@ class Backend(ABC):
 
     @abstractmethod
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
-        """Insert the key's row in ``move.target`` (claimed by ``claimant`` when given)
-        with its history line, unless the key exists: then return the existing row."""
+                claimant: Claimant | None = None, reason: str = "",
+                ended: dict[str, Any] | None = None) -> ClaimOutcome:
+        """Insert the key's row in ``move.target`` (claimed by ``claimant`` when given;
+        finished with ``ended``, its ``result`` and ``finished_at``, when given) with its
+        history line, unless the key exists: then return the existing row."""
 
     def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
                      now: datetime) -> dict[tuple[str, str], ClaimOutcome]:

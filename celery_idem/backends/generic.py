@@ -104,12 +104,13 @@ class GenericBackend(Backend):
         return found
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
+                claimant: Claimant | None = None, reason: str = "",
+                ended: dict[str, Any] | None = None) -> ClaimOutcome:
         assert move.target is not None
-        claim: dict[str, Any] = {}
+        claim: dict[str, Any] = dict(ended or {})
         if claimant is not None:
-            claim = {"attempt": 1, "worker": claimant.worker,
-                     "lease_expires_at": claimant.lease_expires_at, "started_at": now}
+            claim.update(attempt=1, worker=claimant.worker, started_at=now,
+                         lease_expires_at=None if ended else claimant.lease_expires_at)
         # Outside a transaction an INSERT with no history line is a transaction of its
         # own, which a conflict fails alone; in the caller's, a savepoint keeps the
         # caller's transaction usable after the conflict.

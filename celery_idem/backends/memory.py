@@ -150,7 +150,8 @@ class InMemoryBackend(Backend):
             started if states.move(change.event).records_start else None))
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
+                claimant: Claimant | None = None, reason: str = "",
+                ended: dict[str, Any] | None = None) -> ClaimOutcome:
         assert move.target is not None
         with self._lock:
             existing = self._by_key(intent)
@@ -165,7 +166,9 @@ class InMemoryBackend(Backend):
                             sent_at=now if intent.sent else None)
             if claimant is not None:
                 job.attempt, job.worker, job.started_at = 1, claimant.worker, now
-                job.lease_expires_at = claimant.lease_expires_at
+                job.lease_expires_at = None if ended else claimant.lease_expires_at
+            for column, value in (ended or {}).items():
+                setattr(job, column, value)
             self.jobs[job.id] = job
             if move.recorded:
                 self._line(job, Change(job.id, move.event, None, worker=job.worker,

@@ -148,11 +148,13 @@ class PostgreSQLBackend(Backend):
         return self._run(connection, call, params)
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
+                claimant: Claimant | None = None, reason: str = "",
+                ended: dict[str, Any] | None = None) -> ClaimOutcome:
         assert move.target is not None
         # An intent's commit waits for the WAL flush wherever it is written: its message
         # is about to leave, and an intent a crash lost would have it refused, not run.
         return _outcome(self._write(insert_sql(move.event), {
+            **{f"v_{c}": _param(c, v) for c, v in (ended or {}).items()},
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
             "fingerprint": intent.fingerprint, "args": json_text(intent.args),
             "kwargs": json_text(intent.kwargs), "options": json_text(intent.options),
@@ -162,7 +164,7 @@ class PostgreSQLBackend(Backend):
             "now": now, "reason": reason, "from_state": None,
             "attempt": 0 if claimant is None else 1,
             "worker": "" if claimant is None else claimant.worker, "parent": intent.parent_id,
-            "lease": None if claimant is None else claimant.lease_expires_at,
+            "lease": None if claimant is None or ended else claimant.lease_expires_at,
             "started_at": None if claimant is None else now,
         }, flush=claimant is None))
 

@@ -29,17 +29,18 @@ lease_expires_at < %(now)s
 dispatch_count = %(dispatch_count)s
 
 -- name: insert
--- The intent (PENDING), or a claim whose intent is missing (RUNNING, attempt 1), unless
--- the key exists: then the existing row comes back, not won.
+-- The intent (PENDING), or a claim whose intent is missing (RUNNING, attempt 1), or an
+-- optimistic atomic body's commit (SUCCEEDED, attempt 1, with its result and end),
+-- unless the key exists: then the existing row comes back, not won.
 WITH ins AS (
     INSERT INTO {job} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
                        attempt, worker, task_id, lease_expires_at, dispatch_count,
                        created_at, started_at, updated_at, parent_id, message, not_before,
-                       expires_at, sent_at)
+                       expires_at, sent_at{ended_columns})
     VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s::jsonb, %(kwargs)s::jsonb,
             %(fingerprint)s, %(options)s::jsonb, %(to_state)s, %(attempt)s, %(worker)s,
             %(task_id)s, %(lease)s, 0, %(now)s, %(started_at)s, %(now)s, %(parent)s,
-            %(message)s::jsonb, %(not_before)s, %(expires_at)s, %(sent_at)s)
+            %(message)s::jsonb, %(not_before)s, %(expires_at)s, %(sent_at)s{ended_values})
     ON CONFLICT (namespace, key) DO NOTHING
     RETURNING {row}
 ){record}

@@ -130,7 +130,8 @@ def _ends(event: str) -> tuple[str, ...]:
 def hot() -> tuple[Routine, ...]:
     """The statements of a fresh task and a replay: the intent, the claim (also as a
     first write where the intent is missing, as with ``DURABILITY = "broker"``), and the
-    commits, on the bookkeeping connection and as an atomic body's last statement."""
+    commits, on the bookkeeping connection and as an atomic body's last statement (an
+    optimistic one's: the finished row's insert)."""
     from .queries import claim_sql, insert_sql, move_sql
 
     row = ", ".join(f"{c} {_column_type(c)}" for c in ROW_COLUMNS)
@@ -143,6 +144,7 @@ def hot() -> tuple[Routine, ...]:
         Routine("succeed_final", move_sql("succeeded", _ends("succeeded"), final=True),
                 "checked integer"),
         Routine("fail", move_sql("failed", _ends("failed")), "attempt integer"),
+        Routine("commit", insert_sql("committed"), outcome),
     )
     unique: dict[str, Routine] = {}
     for routine in routines:  # the intent and a first claim are one statement today

@@ -110,6 +110,8 @@ COUNTED: dict[tuple[str, str | None], tuple[Count, ...]] = {
     ("taken_over", None): ((CLAIMS, {"kind": "taken_over"}),
                            (RECOVERIES, {"kind": "taken_over"})),
     ("succeeded", None): ((COMMITS, {"outcome": "succeeded"}),),
+    # An optimistic atomic body's commit: no claim came before it.
+    ("committed", None): ((COMMITS, {"outcome": "succeeded"}),),
     ("failed", None): ((COMMITS, {"outcome": "failed"}),),
     ("duplicate", None): ((DUPLICATES, {"outcome": "replayed"}),),
     ("retry_scheduled", None): ((RETRIES, {}),),

@@ -137,6 +137,34 @@ ROUTINES = {
         'END\n'
         '$body$'
     ),
+    'celery_idem_commit_c705a5228c': (
+        'CREATE OR REPLACE FUNCTION celery_idem_commit_c705a5228c(p_unflushed boolean, p_namespace text, p_key text, p_task_name text, p_args text, p_kwargs text, p_fingerprint text, p_options text, p_to_state text, p_attempt bigint, p_worker text, p_task_id text, p_lease timestamptz, p_now timestamptz, p_started_at timestamptz, p_parent bigint, p_message text, p_not_before timestamptz, p_expires_at timestamptz, p_sent_at timestamptz, p_v_result text, p_v_finished_at timestamptz)\n'
+        'RETURNS TABLE (won boolean, recorded boolean, id bigint, state varchar, attempt integer, fingerprint varchar, task_id varchar, lease_expires_at timestamptz, not_before timestamptz, result text, error jsonb, args jsonb, kwargs jsonb) LANGUAGE plpgsql AS $body$\n'
+        '#variable_conflict use_column\n'
+        'BEGIN\n'
+        'IF p_unflushed THEN\n'
+        "    PERFORM set_config('synchronous_commit', 'off', true);\n"
+        'END IF;\n'
+        'RETURN QUERY\n'
+        'WITH ins AS (\n'
+        '    INSERT INTO celery_idem_job (namespace, key, task_name, args, kwargs, fingerprint, options, state,\n'
+        '                       attempt, worker, task_id, lease_expires_at, dispatch_count,\n'
+        '                       created_at, started_at, updated_at, parent_id, message, not_before,\n'
+        '                       expires_at, sent_at, result, finished_at)\n'
+        '    VALUES (p_namespace, p_key, p_task_name, p_args::jsonb, p_kwargs::jsonb,\n'
+        '            p_fingerprint, p_options::jsonb, p_to_state, p_attempt, p_worker,\n'
+        '            p_task_id, p_lease, 0, p_now, p_started_at, p_now, p_parent,\n'
+        '            p_message::jsonb, p_not_before, p_expires_at, p_sent_at, p_v_result::json, p_v_finished_at)\n'
+        '    ON CONFLICT (namespace, key) DO NOTHING\n'
+        '    RETURNING id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs\n'
+        ')\n'
+        'SELECT true, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM ins\n'
+        'UNION ALL\n'
+        'SELECT false, false, id, state, attempt, fingerprint, task_id, lease_expires_at, not_before, result::text AS result, error, args, kwargs FROM celery_idem_job\n'
+        'WHERE namespace = p_namespace AND key = p_key AND NOT EXISTS (SELECT 1 FROM ins);\n'
+        'END\n'
+        '$body$'
+    ),
 }
 
 

@@ -139,6 +139,37 @@ def wait_for_file_atomic(self, name, folder):
     return name
 
 
+@shared_task(base=IdempotentTask, bind=True, atomic="optimistic",
+             idempotency_key="wait-optimistic/{name}")
+def wait_for_file_optimistic(self, name, folder, wait_for=1):
+    """atomic="optimistic": waits until ``folder/name`` exists or ``wait_for`` bodies of
+    ``name`` have started (each touched ``folder/name.<pid>.started``: a barrier for
+    concurrent duplicates), then records its effect; returns the pid whose body ran."""
+    _barrier(folder, name, wait_for)
+    _effect(self, name=name)
+    return {"name": name, "pid": os.getpid()}
+
+
+def _barrier(folder: str, name: str, wait_for: int) -> None:
+    Path(folder, f"{name}.{os.getpid()}.started").write_text(str(os.getpid()))
+    flag, deadline = Path(folder) / name, time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline:
+        if wait_for > 1 and len(list(Path(folder).glob(f"{name}.*.started"))) >= wait_for:
+            return
+        time.sleep(0.05)
+
+
+@shared_task(base=IdempotentTask, bind=True, atomic="optimistic",
+             idempotency_key="deduct-optimistic/{order_id}/{sku}")
+def deduct_optimistic(self, order_id, sku, folder):
+    """atomic="optimistic": two copies pass a barrier, then insert the same (order, sku)
+    deduction: the second waits on the first's uncommitted unique entry and fails with a
+    unique violation once the first commits."""
+    _barrier(folder, f"deduct-{order_id}-{sku}", wait_for=2)
+    StockDeduction.objects.create(order_id=order_id, sku=sku, quantity=1)
+    return {"deducted": 1, "pid": os.getpid()}
+
+
 @shared_task(base=IdempotentTask, bind=True, idempotency_key="attempt/{name}")
 def wait_per_attempt(self, name, folder):
     """Records its effect, then blocks until ``folder/<name>-<attempt>`` exists, so a test

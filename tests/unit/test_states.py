@@ -15,6 +15,8 @@ X = State.EXPIRED
 #: The protocol's diagram, written out independently of celery_idem.states.
 PROTOCOL = {
     (None, P), (None, R),
+    # An optimistic atomic body's commit inserts its key's row finished (``committed``).
+    (None, S),
     (P, R), (P, F),
     (R, R), (R, S), (R, F), (R, P), (R, U),
     (F, P),
@@ -83,7 +85,8 @@ def test_the_history_keeps_what_the_job_row_cannot():
     actions and late finishes are recorded; every move but the two that only touch a
     timestamp is announced (the transition signal and its log line)."""
     unrecorded = {m.event for m in MOVES.values() if not m.recorded}
-    assert unrecorded == {"published", "claimed", "succeeded", "duplicate", "heartbeat", "sent"}
+    assert unrecorded == {"published", "claimed", "succeeded", "committed", "duplicate",
+                          "heartbeat", "sent"}
     for event in ("retry_scheduled", "released", "taken_over", "failed", "dead_lettered",
                   "reset", "resolved", "late_finish", "attempt_lost", "uncertain"):
         assert MOVES[event].recorded, event
