@@ -63,16 +63,6 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
         from .djangotasks import discovery
 
         messages.extend(discovery.check(_celery_app()))
-    optimistic = sorted(t.name for t in tasks
-                        if isinstance(t, IdempotentTask) and t.atomic == OPTIMISTIC)
-    if optimistic:
-        messages.append(CHECKS["W009"](
-            f"atomic='optimistic' tasks ({', '.join(optimistic)}) "
-            + ("run their bodies before any claim: duplicates run too and roll back, a "
-               "failing body runs twice, only database effects are once"
-               if not _writes_intent() else
-               "run as atomic=True: CELERY_IDEM_DURABILITY is \"database\", so every "
-               "message has a row before its body runs")))
     atomic = sorted(t.name for t in tasks if isinstance(t, IdempotentTask) and t.atomic)
     if atomic and _job_database() not in (None, "default"):
         messages.append(CHECKS["E003"](
@@ -84,6 +74,26 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                  "CELERY_IDEM_DATABASE, or, if your DATABASE_ROUTERS send the body's models "
                  "to it, silence this with SILENCED_SYSTEM_CHECKS = ['celery_idem.E003']."))
     return messages
+
+
+@checks.register(TAG)
+def check_optimistic_tasks(app_configs: Any = None,
+                           **kwargs: Any) -> list[checks.CheckMessage]:
+    """W009: what the ``atomic="optimistic"`` tasks give up, or that they gain nothing."""
+    from .idempotent_task import IdempotentTask
+
+    tasks, _ = _load_tasks(_celery_app())
+    optimistic = sorted(t.name for t in tasks
+                        if isinstance(t, IdempotentTask) and t.atomic == OPTIMISTIC)
+    if not optimistic:
+        return []
+    return [CHECKS["W009"](
+        f"atomic='optimistic' tasks ({', '.join(optimistic)}) "
+        + ("run their bodies before any claim: duplicates run too and roll back, a "
+           "failing body runs twice, only database effects are once"
+           if not _writes_intent() else
+           "run as atomic=True: CELERY_IDEM_DURABILITY is \"database\", so every "
+           "message has a row before its body runs"))]
 
 
 def _writes_intent() -> bool:

@@ -191,6 +191,9 @@ if django.VERSION >= (6, 0):
     CELERY_IMPORTS = ["django_app.effects.django_tasks"]
 # The worker connection policy (celery_idem/worker_connections.py); tests switch it.
 CELERY_IDEM_WORKER_CONNECTIONS = os.environ.get("IDEM_WORKER_CONNECTIONS", "celery")
+# The test tasks include atomic="optimistic" ones on purpose (tests/integration/
+# test_optimistic.py): what they give up is known here.
+SILENCED_SYSTEM_CHECKS = [*globals().get("SILENCED_SYSTEM_CHECKS", []), "celery_idem.W009"]
 if CELERY_IDEM_WORKER_CONNECTIONS == "keep":
     DATABASES["default"]["CONN_MAX_AGE"] = 300  # "keep" honours it: 0 closes every task
 

@@ -43,6 +43,8 @@ LABELS = {
     "replay": "replay of finished keys (answered at publish)",
     "replay-sent": "replay of finished keys, message sent",
     "idem-broker": "`IdempotentTask`, durability `broker`",
+    "atomic-broker": "`atomic=True`, durability `broker`",
+    "optimistic": "`atomic=\"optimistic\"`, durability `broker`",
 }
 #: The stacks of ``--stack`` (a file from before the option: PostgreSQL).
 STACKS = {"postgres": "PostgreSQL", "pgbouncer": "PostgreSQL behind PgBouncer",
@@ -145,7 +147,8 @@ def _wal(e: dict[str, Any], stack: str) -> str:
 COMPARED = {"floor-django": "django", "floor-intent": "django", "floor-bare": "django",
             "floor-bare-broker": "django", "floor-wide": "django", "floor-split": "django",
             "floor-split-hot": "django", "idem": "django",
-            "atomic": "django", "replay": "django", "replay-sent": "django", "idem-broker": "django", "once": "django",
+            "atomic": "django", "replay": "django", "replay-sent": "django", "idem-broker": "django",
+            "atomic-broker": "django", "optimistic": "django", "once": "django",
             "pub-idem": "pub-plain", "pub-broker": "pub-plain", "pub-floor": "pub-plain"}
 
 
@@ -197,6 +200,9 @@ BASELINE_ROWS = (
     ("end-to-end", "idem", "django", "a fresh task (`IdempotentTask`)"),
     ("end-to-end", "atomic", "django", "a fresh task, `atomic=True`"),
     ("end-to-end", "idem-broker", "django", "a fresh task, durability `broker`"),
+    ("end-to-end", "atomic-broker", "django", "a fresh task, `atomic=True`, durability `broker`"),
+    ("end-to-end", "optimistic", "django",
+     "a fresh task, `atomic=\"optimistic\"`, durability `broker`"),
     ("end-to-end", "replay", "django", "a finished key published again (answered at publish)"),
     ("end-to-end", "replay-sent", "django", "a finished key's message run again"),
     ("end-to-end", "floor-bare", "django",

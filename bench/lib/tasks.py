@@ -74,6 +74,15 @@ def bench_atomic(key):
     return key
 
 
+@shared_task(name="bench.optimistic", base=IdempotentTask, ignore_result=True,
+             atomic="optimistic", idempotency_key="bench/{key}")
+def bench_optimistic(key):
+    """IdempotentTask, atomic="optimistic": the body, then one insert of the finished row
+    in its transaction (with broker durability: no row before it)."""
+    _write(key)
+    return key
+
+
 def _floor_claim(cursor, key):
     """The floor's claim (bench/lib/floor_sql.py): its attempt, or None if the key is taken."""
     if connection.vendor == "postgresql":

@@ -73,7 +73,9 @@ Variants (``--variants``), interleaved in rounds (A B C ... A B C ...):
   ``replay-sent``: the same with every message sent, as a replay whose result is stored
   or that carries a callback is: its worker reads the row and returns the outcome;
 - ``idem-broker``: ``idem`` with ``CELERY_IDEM_DURABILITY = "broker"`` in the producer and
-  the worker (no intent at publish; the claim inserts the row);
+  the worker (no intent at publish; the claim inserts the row); ``atomic-broker``:
+  ``atomic`` so; ``optimistic``: ``atomic="optimistic"`` so (the body, then one insert of
+  the finished row in its transaction);
 - ``django-real``, ``idem-real``: a realistic body beside the empty one, the same in both
   (five queries around the one effect: bench/lib/tasks.py ``_real``), plain and
   ``IdempotentTask``; ``idem-real``'s ratio and overheads are against ``django-real``;

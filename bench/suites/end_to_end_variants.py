@@ -14,13 +14,13 @@ from unittest import mock
 from bench.lib import common as c
 
 VARIANTS = ("raw", "django", "once", "floor", "floor-django", "floor-intent", "idem",
-            "idem-broker", "atomic", "replay", "replay-sent", "pub-plain", "pub-idem",
+            "idem-broker", "atomic", "atomic-broker", "optimistic", "replay", "replay-sent", "pub-plain", "pub-idem",
             "pub-async", "pub-broker", "pub-floor", "floor-bare", "floor-bare-broker",
             "floor-wide", "floor-split", "floor-split-hot", "django-real", "idem-real")
 #: The plain variant each one's ratio and overheads are against (default ``django``).
 BASELINE = {"django-real": "django-real", "idem-real": "django-real"}
 #: The variants with CELERY_IDEM_DURABILITY = "broker" (producer and worker).
-BROKER_DURABILITY = ("idem-broker", "pub-broker")
+BROKER_DURABILITY = ("idem-broker", "atomic-broker", "optimistic", "pub-broker")
 #: The variants that write the floor's intent before each publish.
 FLOOR_INTENT = ("floor-intent", "pub-floor")
 RAW_APP = {"raw": "bench.raw", "floor": "bench.floor"}
@@ -46,7 +46,8 @@ def sender(variant: str) -> Any:
     task = {"django": t.bench_plain, "pub-plain": t.bench_plain, "once": t.bench_once,
             "idem": t.bench_idem, "replay": t.bench_idem, "replay-sent": t.bench_idem, "pub-idem": t.bench_idem,
             "pub-async": t.bench_idem, "idem-broker": t.bench_idem, "pub-broker": t.bench_idem,
-            "atomic": t.bench_atomic,
+            "atomic": t.bench_atomic, "atomic-broker": t.bench_atomic,
+            "optimistic": t.bench_optimistic,
             "floor-django": t.bench_floor_django, "floor-intent": t.bench_floor_django,
             "pub-floor": t.bench_plain, "django-real": t.bench_plain_real,
             "idem-real": t.bench_idem_real}[variant]

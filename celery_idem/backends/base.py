@@ -22,6 +22,7 @@ from ..signals import announce
 from ..states import STEP_COMPLETED, Move, State, StepWrite
 from .values import (
     CLAIM_MOVES,
+    COMMITTED,
     DUPLICATE,
     DUPLICATE_REASON,
     Change,
@@ -131,18 +132,19 @@ class Backend(ABC):
         return outcome
 
     def commit_new(self, intent: Intent, claimant: Claimant, result: Any,
-                   finished_at: datetime) -> ClaimOutcome:
-        """Insert the key's row already SUCCEEDED with ``result`` (attempt 1, claimed by
+                   finished_at: datetime, *, final: bool = False) -> bool:
+        """Insert the key's row already SUCCEEDED with ``result`` (attempt 1, by
         ``claimant``, whose ``now`` is when the body started): an optimistic atomic body's
-        last write. Unless the key exists: then the existing row comes back, not won, and
-        the caller's transaction must roll back."""
-        outcome = self._insert(states.move("committed"), intent, claimant.now,
-                               task_id=claimant.task_id, claimant=claimant,
-                               ended={"result": result, "finished_at": finished_at})
-        if outcome.won and outcome.row is not None:
-            announce(self.alias, outcome.row.id, "committed", None, State.SUCCEEDED, 1,
-                     claimant.worker, claimant.task_id, task_name=intent.task_name)
-        return outcome
+        last write, the ``committed`` move. Whether it inserted: False when the key has a
+        row, and then the caller's transaction must roll back. ``final``: as ``apply``'s."""
+        m = states.move(COMMITTED)
+        job_id = self._commit_new(m, intent, claimant, {"result": result,
+                                                        "finished_at": finished_at}, final)
+        if job_id is None:
+            return False
+        announce(self.alias, job_id, COMMITTED, None, State.SUCCEEDED, 1, claimant.worker,
+                 claimant.task_id, task_name=intent.task_name)
+        return True
 
     def apply(self, change: Change, now: datetime, *, final: bool = False) -> bool:
         """Make ``change`` if its row still matches the move's guard; append its history
@@ -199,11 +201,16 @@ class Backend(ABC):
 
     @abstractmethod
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "",
-                ended: dict[str, Any] | None = None) -> ClaimOutcome:
-        """Insert the key's row in ``move.target`` (claimed by ``claimant`` when given;
-        finished with ``ended``, its ``result`` and ``finished_at``, when given) with its
-        history line, unless the key exists: then return the existing row."""
+                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
+        """Insert the key's row in ``move.target`` (claimed by ``claimant`` when given)
+        with its history line, unless the key exists: then return the existing row."""
+
+    @abstractmethod
+    def _commit_new(self, move: Move, intent: Intent, claimant: Claimant,
+                    ended: dict[str, Any], final: bool) -> int | None:
+        """Insert the key's row finished as ``move`` says, attempt 1 by ``claimant``
+        (started at its ``now``), with ``ended`` (its result and finished_at), in the
+        caller's transaction, unless the key exists; the new row's id, or None."""
 
     def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
                      now: datetime) -> dict[tuple[str, str], ClaimOutcome]:

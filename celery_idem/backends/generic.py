@@ -104,13 +104,12 @@ class GenericBackend(Backend):
         return found
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "",
-                ended: dict[str, Any] | None = None) -> ClaimOutcome:
+                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         assert move.target is not None
-        claim: dict[str, Any] = dict(ended or {})
+        claim: dict[str, Any] = {}
         if claimant is not None:
-            claim.update(attempt=1, worker=claimant.worker, started_at=now,
-                         lease_expires_at=None if ended else claimant.lease_expires_at)
+            claim = {"attempt": 1, "worker": claimant.worker,
+                     "lease_expires_at": claimant.lease_expires_at, "started_at": now}
         # Outside a transaction an INSERT with no history line is a transaction of its
         # own, which a conflict fails alone; in the caller's, a savepoint keeps the
         # caller's transaction usable after the conflict.
@@ -125,6 +124,18 @@ class GenericBackend(Backend):
         except IntegrityError:
             return ClaimOutcome(False, self._row(namespace=intent.namespace, key=intent.key))
         return ClaimOutcome(True, JobRow.from_values({c: getattr(job, c) for c in ROW_COLUMNS}))
+
+    def _commit_new(self, move: Move, intent: Intent, claimant: Claimant,
+                    ended: dict[str, Any], final: bool) -> int | None:
+        # No savepoint: the caller rolls its transaction back when the key exists.
+        try:
+            job = self._jobs().create(**{
+                **_columns(move, intent, claimant.now, claimant.task_id), "attempt": 1,
+                "worker": claimant.worker, "started_at": claimant.now, **ended,
+                "updated_at": ended["finished_at"]})
+        except IntegrityError:
+            return None
+        return int(job.pk)
 
     def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
                      now: datetime) -> dict[tuple[str, str], ClaimOutcome]:

@@ -150,8 +150,7 @@ class InMemoryBackend(Backend):
             started if states.move(change.event).records_start else None))
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "",
-                ended: dict[str, Any] | None = None) -> ClaimOutcome:
+                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         assert move.target is not None
         with self._lock:
             existing = self._by_key(intent)
@@ -166,14 +165,25 @@ class InMemoryBackend(Backend):
                             sent_at=now if intent.sent else None)
             if claimant is not None:
                 job.attempt, job.worker, job.started_at = 1, claimant.worker, now
-                job.lease_expires_at = None if ended else claimant.lease_expires_at
-            for column, value in (ended or {}).items():
-                setattr(job, column, value)
+                job.lease_expires_at = claimant.lease_expires_at
             self.jobs[job.id] = job
             if move.recorded:
                 self._line(job, Change(job.id, move.event, None, worker=job.worker,
                                        task_id=task_id, reason=reason), job.attempt, now)
             return ClaimOutcome(True, job.row())
+
+    def _commit_new(self, move: Move, intent: Intent, claimant: Claimant,
+                    ended: dict[str, Any], final: bool) -> int | None:
+        with self._lock:
+            outcome = self._insert(move, intent, claimant.now, task_id=claimant.task_id,
+                                   claimant=claimant)
+            if not outcome.won or outcome.row is None:
+                return None
+            job = self.jobs[outcome.row.id]
+            job.lease_expires_at, job.updated_at = None, ended["finished_at"]
+            for column, value in ended.items():
+                setattr(job, column, value)
+            return job.id
 
     def _claim(self, move: Move, source: State, intent: Intent, claimant: Claimant,
                reason: str) -> ClaimOutcome:

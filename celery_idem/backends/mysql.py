@@ -76,14 +76,12 @@ class MySQLBackend(GenericBackend):
     """Backend for MySQL/MariaDB: see the module docstring."""
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "",
-                ended: dict[str, Any] | None = None) -> ClaimOutcome:
+                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         connection = connections[self.alias]
-        if move.recorded or ended or not connection.get_autocommit():
-            # A history line, or the caller's transaction (a savepoint for the conflict):
-            # an optimistic body's commit is always in the body's.
+        if move.recorded or not connection.get_autocommit():
+            # A history line, or the caller's transaction (a savepoint for the conflict).
             return super()._insert(move, intent, now, task_id=task_id, claimant=claimant,
-                                   reason=reason, ended=ended)
+                                   reason=reason)
         assert move.target is not None
         adapt = connection.ops.adapt_datetimefield_value
         lease = None if claimant is None else claimant.lease_expires_at

@@ -29,6 +29,7 @@ from .queries import (
     QUERIES,
     batch_sql,
     claim_sql,
+    commit_new_sql,
     insert_batch_sql,
     insert_sql,
     move_sql,
@@ -148,13 +149,11 @@ class PostgreSQLBackend(Backend):
         return self._run(connection, call, params)
 
     def _insert(self, move: Move, intent: Intent, now: datetime, *, task_id: str,
-                claimant: Claimant | None = None, reason: str = "",
-                ended: dict[str, Any] | None = None) -> ClaimOutcome:
+                claimant: Claimant | None = None, reason: str = "") -> ClaimOutcome:
         assert move.target is not None
         # An intent's commit waits for the WAL flush wherever it is written: its message
         # is about to leave, and an intent a crash lost would have it refused, not run.
         return _outcome(self._write(insert_sql(move.event), {
-            **{f"v_{c}": _param(c, v) for c, v in (ended or {}).items()},
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
             "fingerprint": intent.fingerprint, "args": json_text(intent.args),
             "kwargs": json_text(intent.kwargs), "options": json_text(intent.options),
@@ -164,9 +163,37 @@ class PostgreSQLBackend(Backend):
             "now": now, "reason": reason, "from_state": None,
             "attempt": 0 if claimant is None else 1,
             "worker": "" if claimant is None else claimant.worker, "parent": intent.parent_id,
-            "lease": None if claimant is None or ended else claimant.lease_expires_at,
+            "lease": None if claimant is None else claimant.lease_expires_at,
             "started_at": None if claimant is None else now,
         }, flush=claimant is None))
+
+    def _commit_new(self, move: Move, intent: Intent, claimant: Claimant,
+                    ended: dict[str, Any], final: bool) -> int | None:
+        assert move.target is not None
+        params = {
+            "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
+            "fingerprint": intent.fingerprint, "args": json_text(intent.args),
+            "kwargs": json_text(intent.kwargs), "options": json_text(intent.options),
+            "message": json_text(intent.message), "not_before": intent.not_before,
+            "expires_at": intent.expires_at, "sent_at": claimant.now if intent.sent else None,
+            "to_state": move.target.value, "worker": claimant.worker,
+            "task_id": claimant.task_id, "now": claimant.now, "parent": intent.parent_id,
+            **{f"v_{c}": _param(c, v) for c, v in ended.items()},
+        }
+        connection = connections[self.alias]
+        if final and not self.dedicated and pipeline.commits_at_exit(connection):
+            # The insert and the COMMIT in one round trip (as ``_apply_final``).
+            sql = commit_new_sql(move.event, final=True)
+            try:
+                rows = pipeline.execute_and_commit(
+                    connection, routines.call_or(connection, sql, params), params)
+            except DataError as exc:
+                if pipeline.sqlstate(exc) != DIVISION_BY_ZERO:
+                    raise
+                return None
+        else:
+            rows = self._write(commit_new_sql(move.event), params)
+        return int(rows[0][0]) if rows else None
 
     def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],
                      now: datetime) -> dict[tuple[str, str], ClaimOutcome]:

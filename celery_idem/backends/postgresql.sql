@@ -29,18 +29,17 @@ lease_expires_at < %(now)s
 dispatch_count = %(dispatch_count)s
 
 -- name: insert
--- The intent (PENDING), or a claim whose intent is missing (RUNNING, attempt 1), or an
--- optimistic atomic body's commit (SUCCEEDED, attempt 1, with its result and end),
--- unless the key exists: then the existing row comes back, not won.
+-- The intent (PENDING), or a claim whose intent is missing (RUNNING, attempt 1), unless
+-- the key exists: then the existing row comes back, not won.
 WITH ins AS (
     INSERT INTO {job} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
                        attempt, worker, task_id, lease_expires_at, dispatch_count,
                        created_at, started_at, updated_at, parent_id, message, not_before,
-                       expires_at, sent_at{ended_columns})
+                       expires_at, sent_at)
     VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s::jsonb, %(kwargs)s::jsonb,
             %(fingerprint)s, %(options)s::jsonb, %(to_state)s, %(attempt)s, %(worker)s,
             %(task_id)s, %(lease)s, 0, %(now)s, %(started_at)s, %(now)s, %(parent)s,
-            %(message)s::jsonb, %(not_before)s, %(expires_at)s, %(sent_at)s{ended_values})
+            %(message)s::jsonb, %(not_before)s, %(expires_at)s, %(sent_at)s)
     ON CONFLICT (namespace, key) DO NOTHING
     RETURNING {row}
 ){record}
@@ -48,6 +47,33 @@ SELECT true, false, {row} FROM ins
 UNION ALL
 SELECT false, false, {row} FROM {job}
 WHERE namespace = %(namespace)s AND key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
+
+-- name: commit_new
+-- An optimistic atomic body's commit (the ``committed`` move): the key's row inserted
+-- finished, in the body's transaction, unless the key exists; then nothing, and the body
+-- rolls back (its message then runs under a claim). The id of the row inserted; as the
+-- transaction's last statement (``final``), sent with its COMMIT, a division by zero
+-- when the key existed, which fails the statement and so the COMMIT behind it.
+WITH ins AS (
+    INSERT INTO {job} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
+                       attempt, worker, task_id, dispatch_count, created_at, started_at,
+                       updated_at, finished_at, parent_id, message, not_before,
+                       expires_at, sent_at, result)
+    VALUES (%(namespace)s, %(key)s, %(task_name)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+            %(fingerprint)s, %(options)s::jsonb, %(to_state)s, 1, %(worker)s, %(task_id)s,
+            0, %(now)s, %(now)s, %(v_finished_at)s, %(v_finished_at)s, %(parent)s,
+            %(message)s::jsonb, %(not_before)s, %(expires_at)s, %(sent_at)s,
+            %(v_result)s::json)
+    ON CONFLICT (namespace, key) DO NOTHING
+    RETURNING id
+)
+{result}
+
+-- name: commit_new_result
+SELECT id FROM ins
+
+-- name: commit_new_result_final
+SELECT max(id) AS id, 1 / count(*)::int AS checked FROM ins
 
 -- name: insert_batch
 -- Many intents in one statement (a batch: celery_idem.batching), one row per distinct key,

@@ -93,22 +93,21 @@ def _start_returning(move: Move) -> str:
     return QUERIES["start_returning"] if move.records_start else ""
 
 
-#: What the insert of a move that ends the attempt (``committed``) writes besides a
-#: claim's columns.
-INSERT_ENDED = ("result", "finished_at")
+@cache
+def insert_sql(event: str) -> str:
+    """The insert of move ``event``: an intent, or a claim whose intent is missing."""
+    return QUERIES["insert"].replace("{record}", _record(states.move(event), _WORKER_LINE,
+                                                         "ins"))
 
 
 @cache
-def insert_sql(event: str) -> str:
-    """The insert of move ``event``: an intent, a claim whose intent is missing, or an
-    optimistic atomic body's commit (the ended columns too)."""
-    m = states.move(event)
-    ended = set(INSERT_ENDED) <= m.sets
-    return (QUERIES["insert"]
-            .replace("{ended_columns}", "".join(f", {c}" for c in INSERT_ENDED) if ended else "")
-            .replace("{ended_values}", "".join(f", %(v_{c})s{_json_cast(c)}"
-                                               for c in INSERT_ENDED) if ended else "")
-            .replace("{record}", _record(m, _WORKER_LINE, "ins")))
+def commit_new_sql(event: str, final: bool = False) -> str:
+    """The insert of move ``event``'s finished row (``committed``); ``final``: it ends
+    its transaction, and fails when the key existed."""
+    if states.move(event).recorded:
+        raise ValueError(f"the statement of move {event!r} writes no history line")
+    return QUERIES["commit_new"].replace(
+        "{result}", QUERIES["commit_new_result_final" if final else "commit_new_result"])
 
 
 @cache

@@ -39,7 +39,7 @@ from typing import Any
 
 from .. import states
 from .pipeline import UNFLUSHED_COMMIT
-from .values import ROW_COLUMNS
+from .values import COMMITTED, ROW_COLUMNS
 
 PREFIX = "celery_idem_"
 #: A routine's first parameter, ``unflushed``: its commit does not wait for the WAL flush
@@ -132,7 +132,7 @@ def hot() -> tuple[Routine, ...]:
     first write where the intent is missing, as with ``DURABILITY = "broker"``), and the
     commits, on the bookkeeping connection and as an atomic body's last statement (an
     optimistic one's: the finished row's insert)."""
-    from .queries import claim_sql, insert_sql, move_sql
+    from .queries import claim_sql, commit_new_sql, insert_sql, move_sql
 
     row = ", ".join(f"{c} {_column_type(c)}" for c in ROW_COLUMNS)
     outcome = f"won boolean, recorded boolean, {row}"
@@ -144,7 +144,9 @@ def hot() -> tuple[Routine, ...]:
         Routine("succeed_final", move_sql("succeeded", _ends("succeeded"), final=True),
                 "checked integer"),
         Routine("fail", move_sql("failed", _ends("failed")), "attempt integer"),
-        Routine("commit", insert_sql("committed"), outcome),
+        Routine("commit", commit_new_sql(COMMITTED), "id bigint"),
+        Routine("commit_final", commit_new_sql(COMMITTED, final=True),
+                "id bigint, checked integer"),
     )
     unique: dict[str, Routine] = {}
     for routine in routines:  # the intent and a first claim are one statement today
