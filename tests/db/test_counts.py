@@ -34,6 +34,8 @@ PINNED = {
         "task": (3, 3, 3, 1),
         "task, atomic=True": (5, 4, 1, 1),  # COMMIT with the commit
         "task, durability broker": (3, 3, 3, 1),
+        # BEGIN, the body's write, the finished row's insert with COMMIT.
+        "task, optimistic, durability broker": (4, 3, 1, 1),
         "task, duplicate of a finished key": (1, 1, 0, 0),
     },
     "mysql": {
@@ -47,6 +49,8 @@ PINNED = {
         "task": (4, 4, 3, None),
         "task, atomic=True": (7, 7, 1, None),
         "task, durability broker": (3, 3, 3, None),
+        # autocommit off, the body's write, the finished row's insert, COMMIT, on.
+        "task, optimistic, durability broker": (5, 5, 1, None),
         "task, duplicate of a finished key": (2, 2, 0, None),
     },
     "sqlite": {
@@ -60,6 +64,7 @@ PINNED = {
         "task": (4, None, 3, None),
         "task, atomic=True": (6, None, 1, None),
         "task, durability broker": (3, None, 3, None),
+        "task, optimistic, durability broker": (4, None, 1, None),
         "task, duplicate of a finished key": (2, None, 0, None),
     },
 }
@@ -71,6 +76,7 @@ PINNED_ROWS = {
     "task": (15, 2, 0),
     "task, atomic=True": (15, 2, 0),
     "task, durability broker": (15, 1, 0),
+    "task, optimistic, durability broker": (8, 0, 0),
     "task, duplicate of a finished key": (0, 0, 0),
 }
 
