@@ -225,12 +225,11 @@ def acquire(intent: Intent, *, worker: str, task_id: str, lease_seconds: float,
 
 def commit_new(intent: Intent, claimant: Claimant, result: Any, *, using: str) -> bool:
     """An optimistic atomic body's commit: the key's row inserted already SUCCEEDED with
-    ``result``, as the last write of the body's transaction (which may commit with it:
-    ``Backend.commit_new``'s ``final``). False when the key has a row: nothing was
-    written, and the caller rolls its transaction back."""
+    ``result``, as the last write of the body's transaction. False when the key has a
+    row: nothing was written, and the caller rolls its transaction back."""
     backend = get_backend(using)
     with span("celery_idem.commit", intent.task_name, event="committed"), persistence():
-        return backend.commit_new(intent, claimant, result, timezone.now(), final=True)
+        return backend.commit_new(intent, claimant, result, timezone.now())
 
 
 def _claim(backend: Backend, intent: Intent, claimant: Claimant, insert_missing: bool,

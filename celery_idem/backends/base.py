@@ -132,14 +132,14 @@ class Backend(ABC):
         return outcome
 
     def commit_new(self, intent: Intent, claimant: Claimant, result: Any,
-                   finished_at: datetime, *, final: bool = False) -> bool:
+                   finished_at: datetime) -> bool:
         """Insert the key's row already SUCCEEDED with ``result`` (attempt 1, by
         ``claimant``, whose ``now`` is when the body started): an optimistic atomic body's
         last write, the ``committed`` move. Whether it inserted: False when the key has a
-        row, and then the caller's transaction must roll back. ``final``: as ``apply``'s."""
+        row, and then the caller's transaction must roll back."""
         m = states.move(COMMITTED)
         job_id = self._commit_new(m, intent, claimant, {"result": result,
-                                                        "finished_at": finished_at}, final)
+                                                        "finished_at": finished_at})
         if job_id is None:
             return False
         announce(self.alias, job_id, COMMITTED, None, State.SUCCEEDED, 1, claimant.worker,
@@ -207,7 +207,7 @@ class Backend(ABC):
 
     @abstractmethod
     def _commit_new(self, move: Move, intent: Intent, claimant: Claimant,
-                    ended: dict[str, Any], final: bool) -> int | None:
+                    ended: dict[str, Any]) -> int | None:
         """Insert the key's row finished as ``move`` says, attempt 1 by ``claimant``
         (started at its ``now``), with ``ended`` (its result and finished_at), in the
         caller's transaction, unless the key exists; the new row's id, or None."""

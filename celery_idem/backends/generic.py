@@ -126,7 +126,7 @@ class GenericBackend(Backend):
         return ClaimOutcome(True, JobRow.from_values({c: getattr(job, c) for c in ROW_COLUMNS}))
 
     def _commit_new(self, move: Move, intent: Intent, claimant: Claimant,
-                    ended: dict[str, Any], final: bool) -> int | None:
+                    ended: dict[str, Any]) -> int | None:
         # No savepoint: the caller rolls its transaction back when the key exists.
         try:
             job = self._jobs().create(**{

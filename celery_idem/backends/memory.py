@@ -173,7 +173,7 @@ class InMemoryBackend(Backend):
             return ClaimOutcome(True, job.row())
 
     def _commit_new(self, move: Move, intent: Intent, claimant: Claimant,
-                    ended: dict[str, Any], final: bool) -> int | None:
+                    ended: dict[str, Any]) -> int | None:
         with self._lock:
             outcome = self._insert(move, intent, claimant.now, task_id=claimant.task_id,
                                    claimant=claimant)

@@ -69,20 +69,16 @@ def commits_at_exit(connection: Any) -> bool:
             and not connection.needs_rollback and _supported())
 
 
-def execute_and_commit(connection: Any, sql: str,
-                       params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Run ``sql`` (through ``prepared.cursor``) and COMMIT, in one round trip; the
-    statement's rows. A failing statement makes the server skip the COMMIT; its error is
-    raised (as Django's), the transaction left for the block's exit to roll back."""
+def execute_and_commit(connection: Any, sql: str, params: dict[str, Any]) -> None:
+    """Run ``sql`` (through ``prepared.cursor``) and COMMIT, in one round trip.
+    A failing statement makes the server skip the COMMIT; its error is raised (as
+    Django's), the transaction left for the block's exit to roll back."""
     with connection.wrap_database_errors, prepared.cursor(connection) as cursor:
-        raw = connection.connection
         # Both queued, then one Sync at the pipeline's exit. (``raw.commit()`` would
-        # sync after the COMMIT, and the exit once more: a second round trip.) The
-        # COMMIT on a cursor of its own: the statement's rows stay.
-        with raw.pipeline():
+        # sync after the COMMIT, and the exit once more: a second round trip.)
+        with connection.connection.pipeline():
             cursor.execute(sql, params)
-            raw.execute("COMMIT", prepare=False)
-        return list(cursor.fetchall())
+            cursor.cursor.execute("COMMIT", prepare=False)
 
 
 #: The savepoint ``fetch_together`` puts around a statement.

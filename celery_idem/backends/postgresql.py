@@ -168,7 +168,7 @@ class PostgreSQLBackend(Backend):
         }, flush=claimant is None))
 
     def _commit_new(self, move: Move, intent: Intent, claimant: Claimant,
-                    ended: dict[str, Any], final: bool) -> int | None:
+                    ended: dict[str, Any]) -> int | None:
         assert move.target is not None
         params = {
             "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
@@ -180,19 +180,10 @@ class PostgreSQLBackend(Backend):
             "task_id": claimant.task_id, "now": claimant.now, "parent": intent.parent_id,
             **{f"v_{c}": _param(c, v) for c, v in ended.items()},
         }
-        connection = connections[self.alias]
-        if final and not self.dedicated and pipeline.commits_at_exit(connection):
-            # The insert and the COMMIT in one round trip (as ``_apply_final``).
-            sql = commit_new_sql(move.event, final=True)
-            try:
-                rows = pipeline.execute_and_commit(
-                    connection, routines.call_or(connection, sql, params), params)
-            except DataError as exc:
-                if pipeline.sqlstate(exc) != DIVISION_BY_ZERO:
-                    raise
-                return None
-        else:
-            rows = self._write(commit_new_sql(move.event), params)
+        # Not pipelined with the COMMIT, as ``_apply_final`` is: measured, the round trip
+        # it saves costs more in the client than it saves end to end
+        # (docs/decisions/2026-11-28-optimistic-atomic-mode.md).
+        rows = self._write(commit_new_sql(move.event), params)
         return int(rows[0][0]) if rows else None
 
     def _insert_many(self, move: Move, intents: list[tuple[Intent, str]],

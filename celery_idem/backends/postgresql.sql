@@ -51,9 +51,7 @@ WHERE namespace = %(namespace)s AND key = %(key)s AND NOT EXISTS (SELECT 1 FROM 
 -- name: commit_new
 -- An optimistic atomic body's commit (the ``committed`` move): the key's row inserted
 -- finished, in the body's transaction, unless the key exists; then nothing, and the body
--- rolls back (its message then runs under a claim). The id of the row inserted; as the
--- transaction's last statement (``final``), sent with its COMMIT, a division by zero
--- when the key existed, which fails the statement and so the COMMIT behind it.
+-- rolls back (its message then runs under a claim). The id of the row inserted.
 WITH ins AS (
     INSERT INTO {job} (namespace, key, task_name, args, kwargs, fingerprint, options, state,
                        attempt, worker, task_id, dispatch_count, created_at, started_at,
@@ -67,13 +65,7 @@ WITH ins AS (
     ON CONFLICT (namespace, key) DO NOTHING
     RETURNING id
 )
-{result}
-
--- name: commit_new_result
 SELECT id FROM ins
-
--- name: commit_new_result_final
-SELECT max(id) AS id, 1 / count(*)::int AS checked FROM ins
 
 -- name: insert_batch
 -- Many intents in one statement (a batch: celery_idem.batching), one row per distinct key,

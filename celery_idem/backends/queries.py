@@ -101,13 +101,11 @@ def insert_sql(event: str) -> str:
 
 
 @cache
-def commit_new_sql(event: str, final: bool = False) -> str:
-    """The insert of move ``event``'s finished row (``committed``); ``final``: it ends
-    its transaction, and fails when the key existed."""
+def commit_new_sql(event: str) -> str:
+    """The insert of move ``event``'s finished row (``committed``)."""
     if states.move(event).recorded:
         raise ValueError(f"the statement of move {event!r} writes no history line")
-    return QUERIES["commit_new"].replace(
-        "{result}", QUERIES["commit_new_result_final" if final else "commit_new_result"])
+    return QUERIES["commit_new"]
 
 
 @cache

@@ -145,8 +145,6 @@ def hot() -> tuple[Routine, ...]:
                 "checked integer"),
         Routine("fail", move_sql("failed", _ends("failed")), "attempt integer"),
         Routine("commit", commit_new_sql(COMMITTED), "id bigint"),
-        Routine("commit_final", commit_new_sql(COMMITTED, final=True),
-                "id bigint, checked integer"),
     )
     unique: dict[str, Routine] = {}
     for routine in routines:  # the intent and a first claim are one statement today

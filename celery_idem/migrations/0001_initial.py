@@ -163,32 +163,6 @@ ROUTINES = {
         'END\n'
         '$body$'
     ),
-    'celery_idem_commit_final_21c50a24bb': (
-        'CREATE OR REPLACE FUNCTION celery_idem_commit_final_21c50a24bb(p_unflushed boolean, p_namespace text, p_key text, p_task_name text, p_args text, p_kwargs text, p_fingerprint text, p_options text, p_to_state text, p_worker text, p_task_id text, p_now timestamptz, p_v_finished_at timestamptz, p_parent bigint, p_message text, p_not_before timestamptz, p_expires_at timestamptz, p_sent_at timestamptz, p_v_result text)\n'
-        'RETURNS TABLE (id bigint, checked integer) LANGUAGE plpgsql AS $body$\n'
-        '#variable_conflict use_column\n'
-        'BEGIN\n'
-        'IF p_unflushed THEN\n'
-        "    PERFORM set_config('synchronous_commit', 'off', true);\n"
-        'END IF;\n'
-        'RETURN QUERY\n'
-        'WITH ins AS (\n'
-        '    INSERT INTO celery_idem_job (namespace, key, task_name, args, kwargs, fingerprint, options, state,\n'
-        '                       attempt, worker, task_id, dispatch_count, created_at, started_at,\n'
-        '                       updated_at, finished_at, parent_id, message, not_before,\n'
-        '                       expires_at, sent_at, result)\n'
-        '    VALUES (p_namespace, p_key, p_task_name, p_args::jsonb, p_kwargs::jsonb,\n'
-        '            p_fingerprint, p_options::jsonb, p_to_state, 1, p_worker, p_task_id,\n'
-        '            0, p_now, p_now, p_v_finished_at, p_v_finished_at, p_parent,\n'
-        '            p_message::jsonb, p_not_before, p_expires_at, p_sent_at,\n'
-        '            p_v_result::json)\n'
-        '    ON CONFLICT (namespace, key) DO NOTHING\n'
-        '    RETURNING id\n'
-        ')\n'
-        'SELECT max(id) AS id, 1 / count(*)::int AS checked FROM ins;\n'
-        'END\n'
-        '$body$'
-    ),
 }
 
 

@@ -43,4 +43,4 @@ def test_the_intent_and_a_first_claim_share_one_routine():
     statements = [r.statement for r in routines.hot()]
     assert len(statements) == len(set(statements))
     assert [r.label for r in routines.hot()] == [
-        "insert", "claim", "succeed", "succeed_final", "fail", "commit", "commit_final"]
+        "insert", "claim", "succeed", "succeed_final", "fail", "commit"]
