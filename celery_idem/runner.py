@@ -191,7 +191,7 @@ class Run:
                 if claims.commit_new(self.intent, claimant, stored, using=using):
                     return result
                 raise _RowExists  # rolls the body's writes back
-        except (_RowExists, ResultNotJSON):
+        except _RowExists:
             pass
         except Retry as exc:
             self.record_retry(exc)  # Celery sent the retry's message already
@@ -206,7 +206,9 @@ class Run:
             self.record_rolled_back(lambda c: c.fail(error))
             raise
         except Exception:
-            pass  # run again under a claim, which records a failure or replays a winner
+            # The body's error or a result that is not JSON: run again under a claim,
+            # which records the failure, or replays a copy that won meanwhile.
+            pass
         finally:
             self.request._idem_optimistic = False
         return self.atomic()

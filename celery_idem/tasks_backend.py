@@ -34,6 +34,7 @@ from django.db import transaction
 
 from . import durability
 from .conf import settings
+from .declaration import OPTIMISTIC
 from .durability import AMQP_SCHEMES
 from .errors import ConfigurationError, PersistenceError
 from .keys import validate_key
@@ -164,6 +165,10 @@ class CeleryIdemBackend(BaseTaskBackend):
                 f"CeleryIdemBackend runs tasks of its own task class: declare "
                 f"{task.module_path} with django.tasks.task (backend {self.alias!r}) or "
                 "celery_idem.tasks_backend.task, not for another backend")
+        if task.atomic == OPTIMISTIC:
+            raise InvalidTask(
+                f"{task.module_path}: atomic='optimistic' is for Celery tasks: a Django "
+                "task's result and signals are the claim's; declare atomic=True")
         if task.atomic and iscoroutinefunction(task.func):
             raise InvalidTask(
                 f"{task.module_path}: an atomic task must be a plain function: an async "

@@ -101,6 +101,12 @@ class TestDeclaring:
             declare(module, "@task(idempotency_key='o/{n}', atomic=True)\n"
                             "async def run(n):\n    return n\n")
 
+    def test_an_optimistic_task_is_refused(self, module):
+        """Its result and signals read the claim an optimistic body runs without."""
+        with pytest.raises(InvalidTask, match="atomic='optimistic' is for Celery tasks"):
+            declare(module, "@task(idempotency_key='o/{n}', atomic='optimistic')\n"
+                            "def run(n):\n    return n\n")
+
     def test_the_backends_decorator_refuses_another_backend(self):
         tasks = {"default": {"BACKEND": "celery_idem.tasks_backend.CeleryIdemBackend"},
                  "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
