@@ -78,7 +78,7 @@ class CeleryIdemTask(Task):
 
     idempotency_key: Any = None
     idempotency_namespace: str | None = None
-    atomic: bool = False
+    atomic: bool | str = False
     atomic_database: str | None = None
     on_in_progress: str | None = None
     on_stale_claim: str | None = None
