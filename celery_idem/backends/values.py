@@ -185,9 +185,9 @@ def check_change(change: Change) -> Move:
     return m
 
 
-#: The claim moves, and the move a lost claim records when the key is already finished.
 #: An optimistic atomic body's commit: the key's row inserted finished (``commit_new``).
 COMMITTED = "committed"
+#: The claim moves, and the move a lost claim records when the key is already finished.
 CLAIM_MOVES = frozenset({"claimed", "taken_over"})
 DUPLICATE = "duplicate"
 #: The history reason of a lost claim on a finished key.
