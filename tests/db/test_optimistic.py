@@ -143,6 +143,27 @@ def test_a_body_that_needs_a_claim_is_refused_at_registration():
     assert unbound.key_spec() is not None
 
 
+def _step_of(task):
+    return task.step("one", lambda: 1)
+
+
+@shared_task(base=IdempotentTask, bind=True, atomic="optimistic",
+             idempotency_key="opt-helper/{n}", name="tests.optimistic_helper")
+def through_a_helper(self, n):
+    Effect.objects.create(key=f"opt-helper/{n}")
+    return _step_of(self)  # out of the registration check's sight
+
+
+def test_a_step_reached_through_a_helper_raises_and_writes_nothing(backend):
+    """At run time the step has no claim to fence it: ConfigurationError naming the mode,
+    the body's write rolled back, no job row."""
+    with pytest.raises(ConfigurationError, match=r"step\(\) needs a claim, and "
+                                                 r"atomic='optimistic'"):
+        through_a_helper.apply(args=(1,), headers=unwritten("opt-helper/1")).get()
+    assert not Job.objects.filter(key="opt-helper/1").exists()
+    assert not Effect.objects.filter(key="opt-helper/1").exists()
+
+
 def test_an_unknown_atomic_mode_is_refused():
     @shared_task(base=IdempotentTask, atomic="sometimes", idempotency_key="opt-x/{n}",
                  name="tests.optimistic_typo")
