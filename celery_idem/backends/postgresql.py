@@ -57,6 +57,18 @@ def _param(column: str, value: Any) -> Any:
     return json_text(value) if column in JSON_COLUMNS else value
 
 
+def _intent_params(intent: Intent, now: datetime) -> dict[str, Any]:
+    """What an insert of the key's row writes from ``intent`` (the intent's columns)."""
+    return {
+        "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
+        "fingerprint": intent.fingerprint, "args": json_text(intent.args),
+        "kwargs": json_text(intent.kwargs), "options": json_text(intent.options),
+        "message": json_text(intent.message), "not_before": intent.not_before,
+        "expires_at": intent.expires_at, "sent_at": now if intent.sent else None,
+        "parent": intent.parent_id,
+    }
+
+
 def _move_params(change: Change, move: Move, now: datetime) -> dict[str, Any]:
     return {
         "id": change.job_id, "event": change.event,
@@ -154,15 +166,11 @@ class PostgreSQLBackend(Backend):
         # An intent's commit waits for the WAL flush wherever it is written: its message
         # is about to leave, and an intent a crash lost would have it refused, not run.
         return _outcome(self._write(insert_sql(move.event), {
-            "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
-            "fingerprint": intent.fingerprint, "args": json_text(intent.args),
-            "kwargs": json_text(intent.kwargs), "options": json_text(intent.options),
-            "message": json_text(intent.message), "not_before": intent.not_before,
-            "expires_at": intent.expires_at, "sent_at": now if intent.sent else None,
+            **_intent_params(intent, now),
             "to_state": move.target.value, "event": move.event, "task_id": task_id,
             "now": now, "reason": reason, "from_state": None,
             "attempt": 0 if claimant is None else 1,
-            "worker": "" if claimant is None else claimant.worker, "parent": intent.parent_id,
+            "worker": "" if claimant is None else claimant.worker,
             "lease": None if claimant is None else claimant.lease_expires_at,
             "started_at": None if claimant is None else now,
         }, flush=claimant is None))
@@ -171,13 +179,9 @@ class PostgreSQLBackend(Backend):
                     ended: dict[str, Any]) -> int | None:
         assert move.target is not None
         params = {
-            "namespace": intent.namespace, "key": intent.key, "task_name": intent.task_name,
-            "fingerprint": intent.fingerprint, "args": json_text(intent.args),
-            "kwargs": json_text(intent.kwargs), "options": json_text(intent.options),
-            "message": json_text(intent.message), "not_before": intent.not_before,
-            "expires_at": intent.expires_at, "sent_at": claimant.now if intent.sent else None,
+            **_intent_params(intent, claimant.now),
             "to_state": move.target.value, "worker": claimant.worker,
-            "task_id": claimant.task_id, "now": claimant.now, "parent": intent.parent_id,
+            "task_id": claimant.task_id, "now": claimant.now,
             **{f"v_{c}": _param(c, v) for c, v in ended.items()},
         }
         # Not pipelined with the COMMIT, as ``_apply_final`` is: measured, the round trip
